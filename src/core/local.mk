@@ -1,0 +1,1 @@
+# Multi-QP core (libvqp): filled in by the multi-QP core issue.

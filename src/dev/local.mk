@@ -1,0 +1,1 @@
+# Device control (hardware / software): filled in by the data path issue.
