@@ -22,8 +22,10 @@ extern ucs_class_t uct_priv_worker_t_class;
 #define UCT_RC_VQP_ABI_TEST_SKEW 0
 #endif
 
-#define UCT_RC_VQP_ABI_ENTRY(_type) \
-    {#_type, _type##_class.size, sizeof(_type)}
+#define UCT_RC_VQP_ABI_ENTRY(_type)               \
+    {                                             \
+#_type, _type##_class.size, sizeof(_type) \
+    }
 
 unsigned uct_rc_vqp_abi_collect(uct_rc_vqp_abi_entry_t *entries, unsigned max)
 {

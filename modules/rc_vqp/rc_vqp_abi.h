@@ -13,9 +13,9 @@
 #include <stddef.h>
 
 typedef struct uct_rc_vqp_abi_entry {
-    const char *name;         /* type name, for the warning */
-    size_t      library_size; /* size recorded in the loaded UCX library */
-    size_t      header_size;  /* sizeof() in this module's compilation */
+    const char *name;    /* type name, for the warning */
+    size_t library_size; /* size recorded in the loaded UCX library */
+    size_t header_size;  /* sizeof() in this module's compilation */
 } uct_rc_vqp_abi_entry_t;
 
 /* Fill @a entries (at most @a max) with the types the transport depends on.

@@ -32,7 +32,8 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      "How fragments of one operation are spread over the QPs:\n"
      " dqplb - every fragment is an RDMA write with immediate data carrying a\n"
      "         sequence number; the receiver reorders in a bounded window.\n"
-     " spray - fragments are plain RDMA writes; after all of them complete one\n"
+     " spray - fragments are plain RDMA writes; after all of them complete "
+     "one\n"
      "         zero-length write with immediate goes on a separate notify QP.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, lb),
      UCS_CONFIG_TYPE_ENUM(uct_rc_vqp_lb_names)},
@@ -76,9 +77,9 @@ static ucs_status_t uct_rc_vqp_iface_open(uct_md_h md, uct_worker_h worker,
                                           const uct_iface_config_t *config,
                                           uct_iface_h *iface_p)
 {
-    const char *dev = (params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE) ?
-                              params->mode.device.dev_name :
-                              "(none)";
+    const char *dev = (params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)
+                          ? params->mode.device.dev_name
+                          : "(none)";
 
     ucs_error("rc_vqp: no such device '%s' (this build has no devices)", dev);
     return UCS_ERR_NO_DEVICE;
@@ -88,10 +89,11 @@ uct_tl_t UCT_TL_NAME(rc_vqp) = {
     .name          = UCT_RC_VQP_NAME,
     .query_devices = uct_rc_vqp_query_devices,
     .iface_open    = uct_rc_vqp_iface_open,
-    .config        = {
-        .name   = "rc_vqp transport",
-        .prefix = "RC_VQP_",
-        .table  = uct_rc_vqp_iface_config_table,
-        .size   = sizeof(uct_rc_vqp_iface_config_t),
-    },
+    .config =
+        {
+            .name   = "rc_vqp transport",
+            .prefix = "RC_VQP_",
+            .table  = uct_rc_vqp_iface_config_table,
+            .size   = sizeof(uct_rc_vqp_iface_config_t),
+        },
 };

@@ -16,13 +16,13 @@ typedef enum uct_rc_vqp_lb {
 
 typedef struct uct_rc_vqp_iface_config {
     uct_iface_config_t super;
-    unsigned           num_qps;          /* physical data QPs per endpoint */
-    int                lb;               /* uct_rc_vqp_lb_t */
-    size_t             frag_size;        /* striping fragment size */
-    size_t             stripe_threshold; /* smaller ops use one QP */
-    unsigned           max_outstanding;  /* fragments in flight per QP */
-    unsigned           tx_queue_len;     /* send queue entries per QP */
-    unsigned           rx_queue_len;     /* shared receive queue entries */
+    unsigned num_qps;         /* physical data QPs per endpoint */
+    int lb;                   /* uct_rc_vqp_lb_t */
+    size_t frag_size;         /* striping fragment size */
+    size_t stripe_threshold;  /* smaller ops use one QP */
+    unsigned max_outstanding; /* fragments in flight per QP */
+    unsigned tx_queue_len;    /* send queue entries per QP */
+    unsigned rx_queue_len;    /* shared receive queue entries */
 } uct_rc_vqp_iface_config_t;
 
 extern ucs_config_field_t uct_rc_vqp_iface_config_table[];

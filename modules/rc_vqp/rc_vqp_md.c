@@ -43,26 +43,20 @@ static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
 }
 
 static uct_md_ops_t uct_rc_vqp_md_ops = {
-    .close                  = uct_rc_vqp_md_close,
-    .query                  = uct_rc_vqp_md_query,
-    .mem_alloc              = (uct_md_mem_alloc_func_t)
-            ucs_empty_function_return_unsupported,
-    .mem_free               = (uct_md_mem_free_func_t)
-            ucs_empty_function_return_unsupported,
-    .mem_advise             = (uct_md_mem_advise_func_t)
-            ucs_empty_function_return_unsupported,
-    .mem_reg                = (uct_md_mem_reg_func_t)
-            ucs_empty_function_return_unsupported,
-    .mem_dereg              = (uct_md_mem_dereg_func_t)
-            ucs_empty_function_return_unsupported,
-    .mem_query              = (uct_md_mem_query_func_t)
-            ucs_empty_function_return_unsupported,
-    .mkey_pack              = (uct_md_mkey_pack_func_t)
-            ucs_empty_function_return_unsupported,
+    .close     = uct_rc_vqp_md_close,
+    .query     = uct_rc_vqp_md_query,
+    .mem_alloc = (uct_md_mem_alloc_func_t)ucs_empty_function_return_unsupported,
+    .mem_free  = (uct_md_mem_free_func_t)ucs_empty_function_return_unsupported,
+    .mem_advise =
+        (uct_md_mem_advise_func_t)ucs_empty_function_return_unsupported,
+    .mem_reg   = (uct_md_mem_reg_func_t)ucs_empty_function_return_unsupported,
+    .mem_dereg = (uct_md_mem_dereg_func_t)ucs_empty_function_return_unsupported,
+    .mem_query = (uct_md_mem_query_func_t)ucs_empty_function_return_unsupported,
+    .mkey_pack = (uct_md_mkey_pack_func_t)ucs_empty_function_return_unsupported,
     .is_sockaddr_accessible = (uct_md_is_sockaddr_accessible_func_t)
-            ucs_empty_function_return_zero_int,
-    .detect_memory_type     = (uct_md_detect_memory_type_func_t)
-            ucs_empty_function_return_unsupported,
+        ucs_empty_function_return_zero_int,
+    .detect_memory_type =
+        (uct_md_detect_memory_type_func_t)ucs_empty_function_return_unsupported,
 };
 
 static ucs_status_t uct_rc_vqp_md_open(uct_component_t *component,
@@ -96,21 +90,22 @@ uct_rc_vqp_query_md_resources(uct_component_t *component,
 uct_component_t uct_rc_vqp_component = {
     .query_md_resources = uct_rc_vqp_query_md_resources,
     .md_open            = uct_rc_vqp_md_open,
-    .cm_open            = (uct_component_cm_open_func_t)
-            ucs_empty_function_return_unsupported,
-    .rkey_unpack        = uct_md_stub_rkey_unpack,
-    .rkey_ptr           = (uct_component_rkey_ptr_func_t)
-            ucs_empty_function_return_unsupported,
-    .rkey_release       = (uct_component_rkey_release_func_t)
-            ucs_empty_function_return_success,
-    .name               = UCT_RC_VQP_NAME,
-    .md_config          = {
-        .name   = "rc_vqp memory domain",
-        .prefix = "RC_VQP_",
-        .table  = uct_rc_vqp_md_config_table,
-        .size   = sizeof(uct_rc_vqp_md_config_t),
-    },
-    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
+    .cm_open =
+        (uct_component_cm_open_func_t)ucs_empty_function_return_unsupported,
+    .rkey_unpack = uct_md_stub_rkey_unpack,
+    .rkey_ptr =
+        (uct_component_rkey_ptr_func_t)ucs_empty_function_return_unsupported,
+    .rkey_release =
+        (uct_component_rkey_release_func_t)ucs_empty_function_return_success,
+    .name = UCT_RC_VQP_NAME,
+    .md_config =
+        {
+            .name   = "rc_vqp memory domain",
+            .prefix = "RC_VQP_",
+            .table  = uct_rc_vqp_md_config_table,
+            .size   = sizeof(uct_rc_vqp_md_config_t),
+        },
+    .cm_config   = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
     .tl_list     = UCT_COMPONENT_TL_LIST_INITIALIZER(&uct_rc_vqp_component),
     .flags       = 0,
     .md_vfs_init = (uct_component_md_vfs_init_func_t)ucs_empty_function,

@@ -47,7 +47,7 @@ static void test_mismatch_refused(void **state)
 static void test_mismatch_in_last_entry(void **state)
 {
     uct_rc_vqp_abi_entry_t entries[2] = {{"a", 8, 8}, {"b", 24, 16}};
-    char msg[512] = "";
+    char msg[512]                     = "";
 
     assert_int_equal(uct_rc_vqp_abi_check(entries, 2, msg, sizeof(msg)),
                      UCS_ERR_UNSUPPORTED);

@@ -47,8 +47,8 @@ static uct_component_h find_component(const char *name)
 
 static void test_registration_state(void **state)
 {
-    int (*is_registered)(void) = (int (*)(void))dlsym(module_handle,
-                                                       "uct_rc_vqp_is_registered");
+    int (*is_registered)(void) =
+        (int (*)(void))dlsym(module_handle, "uct_rc_vqp_is_registered");
 
     assert_non_null(is_registered);
     assert_int_equal(is_registered(), RC_VQP_EXPECT_REGISTERED);
@@ -78,9 +78,9 @@ static uct_md_h open_md(uct_component_h component)
 
     assert_int_equal(uct_md_config_read(component, NULL, NULL, &md_config),
                      UCS_OK);
-    assert_int_equal(uct_md_open(component, attr.md_resources[0].md_name,
-                                 md_config, &md),
-                     UCS_OK);
+    assert_int_equal(
+        uct_md_open(component, attr.md_resources[0].md_name, md_config, &md),
+        UCS_OK);
     uct_config_release(md_config);
     free(attr.md_resources);
     return md;
@@ -116,9 +116,8 @@ static void test_config_from_environment(void **state)
     md = open_md(component);
     setenv("UCX_RC_VQP_NUM_QPS", "7", 1);
     setenv("UCX_RC_VQP_LB", "spray", 1);
-    assert_int_equal(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL,
-                                              &config),
-                     UCS_OK);
+    assert_int_equal(
+        uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config), UCS_OK);
     assert_int_equal(uct_config_get(config, "NUM_QPS", value, sizeof(value)),
                      UCS_OK);
     assert_string_equal(value, "7");
@@ -129,9 +128,8 @@ static void test_config_from_environment(void **state)
 
     /* A value that is not one of the documented choices is refused. */
     setenv("UCX_RC_VQP_LB", "roundrobin", 1);
-    assert_int_not_equal(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL,
-                                                  &config),
-                         UCS_OK);
+    assert_int_not_equal(
+        uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config), UCS_OK);
     unsetenv("UCX_RC_VQP_LB");
     unsetenv("UCX_RC_VQP_NUM_QPS");
     uct_md_close(md);
@@ -148,16 +146,15 @@ static void test_iface_open_without_device(void **state)
     uct_md_h md;
 
     md = open_md(component);
-    assert_int_equal(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
-                                              &async),
-                     UCS_OK);
+    assert_int_equal(
+        ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async),
+        UCS_OK);
     assert_int_equal(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker),
                      UCS_OK);
-    assert_int_equal(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL,
-                                              &config),
-                     UCS_OK);
-    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                  UCT_IFACE_PARAM_FIELD_DEVICE;
+    assert_int_equal(
+        uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config), UCS_OK);
+    params.field_mask =
+        UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE;
     params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
     params.mode.device.tl_name  = "rc_vqp";
     params.mode.device.dev_name = "mlx5_0:1";
