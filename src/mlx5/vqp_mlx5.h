@@ -1,0 +1,125 @@
+/*
+ * mlx5 data path: the whole interface of the layer.
+ *
+ * Builds send WQEs, rings doorbells, posts receives and parses CQEs directly
+ * in the queue memory that rdma-core's mlx5dv_init_obj() describes (struct
+ * mlx5dv_qp / mlx5dv_cq / mlx5dv_srq), so the same code drives a ConnectX HCA
+ * and the software device of src/sw. Everything here is static inline: the
+ * fast path allocates nothing, looks nothing up and calls through no function
+ * pointer. The layer holds no locks: one thread owns each queue.
+ *
+ *   vqp_mlx5_tx.inl  send queue: WQE building, signaling, doorbell/BlueFlame
+ *   vqp_mlx5_rx.inl  receive queue and linked-list SRQ
+ *   vqp_mlx5_cq.inl  completion queue: polling, CQE decoding, error syndromes
+ */
+#ifndef VQP_MLX5_H_
+#define VQP_MLX5_H_
+
+#include <infiniband/mlx5dv.h>
+#include <ucs/arch/cpu.h>
+#include <ucs/debug/log.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/type/status.h>
+#include <endian.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Post flags (any combination). */
+enum {
+    VQP_MLX5_SIGNALED  = 1u << 0, /* ask for a CQE for this WQE */
+    VQP_MLX5_FENCE     = 1u << 1, /* wait for earlier READ/atomics first */
+    VQP_MLX5_SOLICITED = 1u << 2, /* solicited event at the responder */
+    VQP_MLX5_INLINE    = 1u << 3, /* copy data into the WQE if it fits */
+    VQP_MLX5_MORE      = 1u << 4  /* more posts follow: no doorbell yet */
+};
+
+/* How a send queue tells the device about new WQEs. */
+typedef enum {
+    VQP_MLX5_DB_BF,    /* BlueFlame copy when the WQE fits, else doorbell */
+    VQP_MLX5_DB_MMIO,  /* 8-byte doorbell write only */
+    VQP_MLX5_DB_RECORD /* doorbell record only (device polls it) */
+} vqp_mlx5_db_mode_t;
+
+enum {
+    VQP_MLX5_SEG_SIZE   = 16, /* WQE size unit (ds) */
+    VQP_MLX5_MAX_SGE    = 16, /* data segments per send WQE */
+    VQP_MLX5_MAX_DS     = 63, /* 6-bit ds field of the ctrl segment */
+    VQP_MLX5_MAX_BB     = 16, /* 63 ds fit in 16 basic blocks */
+    VQP_MLX5_MAX_INLINE = (VQP_MLX5_MAX_DS - 2) * VQP_MLX5_SEG_SIZE - 4,
+    VQP_MLX5_CQ_SET_CI  = 0, /* CQ dbrec words */
+    VQP_MLX5_CQ_ARM_DB  = 1
+};
+
+/* One local buffer. A zero length is skipped: 0 in a data segment would
+ * mean 2 GiB to the device. */
+typedef struct vqp_mlx5_sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+} vqp_mlx5_sge_t;
+
+/* Send queue state; hot fields first, all of them touched by each post. */
+typedef struct vqp_mlx5_txwq {
+    void *qstart;           /* first basic block (BB) of the ring */
+    void *qend;             /* one past the last BB */
+    uint16_t pi;            /* producer index in BBs, wraps at 2^16 */
+    uint16_t ci;            /* oldest BB not yet known complete */
+    uint16_t mask;          /* BBs in the ring - 1 */
+    uint16_t sig_left;      /* posts until one is signaled anyway */
+    uint16_t sig_every;     /* signal at least every N posts */
+    uint16_t db_pi;         /* pi at the last doorbell */
+    uint32_t qpn_ds;        /* qpn << 8, ds is or'ed in per WQE */
+    uint32_t max_inline;    /* largest inline payload, bytes */
+    uint32_t db_mode;       /* vqp_mlx5_db_mode_t */
+    volatile __be32 *dbrec; /* send doorbell record */
+    char *bf_reg;           /* BlueFlame register; NULL: none */
+    uint32_t bf_size;       /* bytes per BlueFlame half */
+    uint32_t bf_offset;     /* 0 or bf_size, toggles every doorbell */
+    struct mlx5_wqe_ctrl_seg *last_ctrl; /* newest WQE, for the doorbell */
+    uint32_t qpn;
+} vqp_mlx5_txwq_t;
+
+/* Receive queue of a QP without SRQ: a ring of scatter lists. */
+typedef struct vqp_mlx5_rxwq {
+    char *buf;
+    volatile __be32 *dbrec;
+    uint16_t head;   /* next WQE to post */
+    uint16_t tail;   /* oldest posted WQE not yet consumed */
+    uint16_t mask;   /* WQEs - 1 */
+    uint16_t stride; /* bytes per WQE */
+    uint16_t max_sge;
+} vqp_mlx5_rxwq_t;
+
+/* Shared receive queue in the linked-list layout of mlx5 providers: free
+ * WQEs form a list from head to tail; one stays unposted so head == tail
+ * means full. */
+typedef struct vqp_mlx5_srq {
+    char *buf;
+    volatile __be32 *dbrec;
+    uint16_t head;    /* next free WQE to post */
+    uint16_t tail;    /* last free WQE; freed ones link after it */
+    uint16_t counter; /* WQEs posted, wraps at 2^16 */
+    uint16_t mask;    /* WQEs - 1 */
+    uint16_t stride;  /* bytes per WQE */
+    uint16_t max_sge;
+} vqp_mlx5_srq_t;
+
+/* Completion queue; ci counts CQEs consumed since creation. */
+typedef struct vqp_mlx5_cq {
+    char *buf;
+    uint32_t ci;
+    uint32_t mask;     /* CQEs - 1 */
+    uint8_t log_cnt;   /* log2(CQEs): the owner bit's position */
+    uint8_t cqe_shift; /* log2(CQE size): 6 or 7 */
+    uint8_t cqe64_off; /* struct mlx5_cqe64 is the last 64 bytes */
+    uint8_t arm_sn;    /* arm sequence number (2 bits) */
+    volatile __be32 *dbrec;
+    char *uar; /* CQ doorbell page (arming only) */
+    uint32_t cqn;
+} vqp_mlx5_cq_t;
+
+#include "vqp_mlx5_tx.inl"
+#include "vqp_mlx5_rx.inl"
+#include "vqp_mlx5_cq.inl"
+
+#endif

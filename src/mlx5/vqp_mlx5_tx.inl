@@ -1,0 +1,414 @@
+/*
+ * mlx5 send queue: WQE building for RC operations, the signaling policy,
+ * completion bookkeeping of BBs, and the doorbell (record, BlueFlame or MMIO).
+ * Included by vqp_mlx5.h only.
+ */
+
+/* Set up @a wq over an SQ described by @a dv. @a sig_every: a CQE is asked
+ * for at least every that many posts (1 = every post). */
+static inline ucs_status_t vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq,
+                                              const struct mlx5dv_qp *dv,
+                                              uint32_t qpn, unsigned max_inline,
+                                              unsigned sig_every,
+                                              vqp_mlx5_db_mode_t db_mode)
+{
+    uint32_t cnt = dv->sq.wqe_cnt;
+
+    if ((dv->sq.buf == NULL) || (dv->dbrec == NULL) ||
+        (dv->sq.stride != MLX5_SEND_WQE_BB)) {
+        ucs_error("mlx5 sq: buf %p dbrec %p stride %u: need a ring of %d-byte"
+                  " BBs with a doorbell record",
+                  dv->sq.buf, dv->dbrec, dv->sq.stride, MLX5_SEND_WQE_BB);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if ((cnt < 2 * VQP_MLX5_MAX_BB) || (cnt > 0x8000) || (cnt & (cnt - 1))) {
+        ucs_error("mlx5 sq: %u BBs: need a power of two in [%d, 32768]", cnt,
+                  2 * VQP_MLX5_MAX_BB);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if ((qpn > 0xffffff) || (max_inline > VQP_MLX5_MAX_INLINE) ||
+        (sig_every == 0) || (sig_every > cnt)) {
+        ucs_error("mlx5 sq: qpn 0x%x max_inline %u sig_every %u: need a 24-bit"
+                  " qpn, max_inline <= %d, 1 <= sig_every <= %u",
+                  qpn, max_inline, sig_every, VQP_MLX5_MAX_INLINE, cnt);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    memset(wq, 0, sizeof(*wq));
+    wq->qstart     = dv->sq.buf;
+    wq->qend       = (char *)dv->sq.buf + cnt * MLX5_SEND_WQE_BB;
+    wq->mask       = cnt - 1;
+    wq->sig_every  = sig_every;
+    wq->sig_left   = sig_every;
+    wq->qpn_ds     = qpn << 8;
+    wq->qpn        = qpn;
+    wq->max_inline = max_inline;
+    wq->dbrec      = &dv->dbrec[MLX5_SND_DBR];
+    wq->bf_reg     = dv->bf.reg;
+    wq->bf_size    = dv->bf.size;
+    /* Without a register there is nothing to write but the record; without
+     * a BlueFlame buffer only 8-byte doorbells work. */
+    if (wq->bf_reg == NULL) {
+        db_mode = VQP_MLX5_DB_RECORD;
+    } else if ((wq->bf_size < MLX5_SEND_WQE_BB) &&
+               (db_mode == VQP_MLX5_DB_BF)) {
+        db_mode = VQP_MLX5_DB_MMIO;
+    }
+    wq->db_mode = db_mode;
+    return UCS_OK;
+}
+
+/* BBs free for new WQEs. */
+static UCS_F_ALWAYS_INLINE unsigned
+vqp_mlx5_txwq_avail(const vqp_mlx5_txwq_t *wq)
+{
+    return (unsigned)wq->mask + 1 - (uint16_t)(wq->pi - wq->ci);
+}
+
+static UCS_F_ALWAYS_INLINE void *vqp_mlx5_txwq_bb(const vqp_mlx5_txwq_t *wq,
+                                                  uint16_t index)
+{
+    return (char *)wq->qstart + (size_t)(index & wq->mask) * MLX5_SEND_WQE_BB;
+}
+
+/* Segments are 16 bytes and the ring a multiple of 64: a segment never
+ * straddles the end, only the pointer to the next one needs wrapping. */
+static UCS_F_ALWAYS_INLINE void *
+vqp_mlx5_txwq_next_seg(const vqp_mlx5_txwq_t *wq, void *seg)
+{
+    seg = (char *)seg + VQP_MLX5_SEG_SIZE;
+    return ucs_unlikely(seg == wq->qend) ? wq->qstart : seg;
+}
+
+/* Copy inline payload that may run past the ring end; returns where the
+ * copy stopped (wrapped). */
+static UCS_F_ALWAYS_INLINE char *vqp_mlx5_txwq_copy(const vqp_mlx5_txwq_t *wq,
+                                                    char *dst, const void *src,
+                                                    size_t len)
+{
+    size_t room = (char *)wq->qend - dst;
+
+    if (ucs_likely(len < room)) {
+        memcpy(dst, src, len);
+        return dst + len;
+    }
+    memcpy(dst, src, room);
+    memcpy(wq->qstart, (const char *)src + room, len - room);
+    return (char *)wq->qstart + (len - room);
+}
+
+/* A WQE's BBs, from the ds field of its ctrl segment. */
+static UCS_F_ALWAYS_INLINE unsigned
+vqp_mlx5_ctrl_num_bb(const struct mlx5_wqe_ctrl_seg *ctrl)
+{
+    unsigned ds = be32toh(ctrl->qpn_ds) & 0x3f;
+
+    return (ds * VQP_MLX5_SEG_SIZE + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
+}
+
+/* A CQE (success or error) reported the WQE starting at @a wqe_counter: it
+ * and every WQE before it are done. Its size is still in its ctrl segment,
+ * which nothing overwrites before ci passes it. */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_complete(vqp_mlx5_txwq_t *wq,
+                                                       uint16_t wqe_counter)
+{
+    wq->ci =
+        wqe_counter + vqp_mlx5_ctrl_num_bb(vqp_mlx5_txwq_bb(wq, wqe_counter));
+}
+
+/* One BlueFlame chunk: 64 bytes as 8-byte stores, the largest a device
+ * register accepts in order on every CPU we build for. */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_bf_copy_bb(char *dst, const char *src)
+{
+    volatile uint64_t *d = (volatile uint64_t *)dst;
+    const uint64_t *s    = (const uint64_t *)src;
+    unsigned i;
+
+    for (i = 0; i < MLX5_SEND_WQE_BB / sizeof(uint64_t); ++i) {
+        d[i] = s[i];
+    }
+}
+
+/*
+ * Tell the device about every WQE up to pi. @a num_bb is the size of the
+ * newest WQE (wq->last_ctrl) when it alone is new, 0 when several are: only
+ * a lone WQE may go by BlueFlame.
+ */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
+                                                       unsigned num_bb)
+{
+    const char *src = (const char *)wq->last_ctrl;
+    char *dst       = wq->bf_reg + wq->bf_offset;
+    unsigned i;
+
+    /* The WQE stores must be visible in memory before the record says they
+     * are valid: the device may fetch them as soon as it sees the record. */
+    ucs_memory_cpu_store_fence();
+    *wq->dbrec = htobe32(wq->pi);
+    wq->db_pi  = wq->pi;
+    if (wq->db_mode == VQP_MLX5_DB_RECORD) {
+        return;
+    }
+
+    /* The record must reach memory before the doorbell MMIO: the device
+     * reads the record when the doorbell tells it to. */
+    ucs_memory_bus_store_fence();
+    if ((wq->db_mode == VQP_MLX5_DB_BF) && (num_bb != 0) &&
+        (num_bb * MLX5_SEND_WQE_BB <= wq->bf_size)) {
+        for (i = 0; i < num_bb; ++i) {
+            vqp_mlx5_bf_copy_bb(dst, src);
+            dst += MLX5_SEND_WQE_BB;
+            src += MLX5_SEND_WQE_BB;
+            if (src == wq->qend) {
+                src = wq->qstart;
+            }
+        }
+    } else {
+        /* ctrl bytes 0..7 (opcode, index, qpn, ds) name the newest WQE. */
+        *(volatile uint64_t *)dst = *(const uint64_t *)src;
+    }
+    /* Flush the write-combining buffer now, so the next doorbell (to the
+     * other half of the register) cannot overtake this one. */
+    ucs_memory_bus_store_fence();
+    wq->bf_offset ^= wq->bf_size;
+}
+
+/* Ring for WQEs posted with VQP_MLX5_MORE. */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_flush(vqp_mlx5_txwq_t *wq)
+{
+    if (wq->pi != wq->db_pi) {
+        vqp_mlx5_txwq_doorbell(wq, 0);
+    }
+}
+
+/* Write the data part (inline or pointers) at @a seg; returns its ds. */
+static UCS_F_ALWAYS_INLINE unsigned
+vqp_mlx5_txwq_set_data(vqp_mlx5_txwq_t *wq, void *seg,
+                       const vqp_mlx5_sge_t *sge, unsigned num_sge, int inl,
+                       size_t inl_len)
+{
+    struct mlx5_wqe_inl_data_seg *iseg;
+    struct mlx5_wqe_data_seg *dseg;
+    unsigned i, ds = 0;
+    char *dst;
+
+    if (inl) {
+        if (inl_len == 0) {
+            return 0;
+        }
+        iseg             = seg;
+        iseg->byte_count = htobe32((uint32_t)inl_len | MLX5_INLINE_SEG);
+        dst              = (char *)(iseg + 1);
+        for (i = 0; i < num_sge; ++i) {
+            if (sge[i].length != 0) {
+                dst = vqp_mlx5_txwq_copy(wq, dst,
+                                         (const void *)(uintptr_t)sge[i].addr,
+                                         sge[i].length);
+            }
+        }
+        return (sizeof(*iseg) + inl_len + VQP_MLX5_SEG_SIZE - 1) /
+               VQP_MLX5_SEG_SIZE;
+    }
+
+    for (i = 0; i < num_sge; ++i) {
+        if (sge[i].length == 0) {
+            continue;
+        }
+        dseg             = seg;
+        dseg->byte_count = htobe32(sge[i].length);
+        dseg->lkey       = htobe32(sge[i].lkey);
+        dseg->addr       = htobe64(sge[i].addr);
+        seg              = vqp_mlx5_txwq_next_seg(wq, seg);
+        ++ds;
+    }
+    return ds;
+}
+
+/*
+ * Build one WQE at pi and ring (unless VQP_MLX5_MORE). Returns the WQE's
+ * index (pi of its first BB, what its CQE's wqe_counter will say), or a
+ * negative ucs_status_t: UCS_ERR_NO_RESOURCE when the ring lacks room,
+ * UCS_ERR_INVALID_PARAM for a request the WQE format cannot carry.
+ */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
+              unsigned num_sge, uint64_t raddr, uint32_t rkey,
+              uint64_t swap_add, uint64_t compare, __be32 imm, unsigned flags)
+{
+    int atomic =
+        (opcode == MLX5_OPCODE_ATOMIC_FA) || (opcode == MLX5_OPCODE_ATOMIC_CS);
+    int has_raddr = atomic || (opcode == MLX5_OPCODE_RDMA_WRITE) ||
+                    (opcode == MLX5_OPCODE_RDMA_WRITE_IMM) ||
+                    (opcode == MLX5_OPCODE_RDMA_READ);
+    int may_inl = (opcode != MLX5_OPCODE_RDMA_READ) && !atomic &&
+                  (opcode != MLX5_OPCODE_NOP);
+    uint16_t index = wq->pi;
+    struct mlx5_wqe_ctrl_seg *ctrl;
+    struct mlx5_wqe_raddr_seg *rseg;
+    struct mlx5_wqe_atomic_seg *aseg;
+    size_t len = 0;
+    unsigned i, ds, num_bb;
+    uint8_t fm_ce_se;
+    void *seg;
+    int inl = 0;
+
+    if (ucs_unlikely(num_sge > VQP_MLX5_MAX_SGE)) {
+        ucs_error("mlx5 qp 0x%x: %u SGEs, at most %d", wq->qpn, num_sge,
+                  VQP_MLX5_MAX_SGE);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (atomic && ucs_unlikely((num_sge != 1) || (sge[0].length != 8))) {
+        ucs_error("mlx5 qp 0x%x: atomic result buffer must be one 8-byte SGE",
+                  wq->qpn);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    /* Size first, so nothing is written when the WQE does not fit. */
+    ds = 1 + has_raddr + atomic;
+    if (may_inl && (flags & VQP_MLX5_INLINE)) {
+        for (i = 0; i < num_sge; ++i) {
+            len += sge[i].length;
+        }
+        inl = (len <= wq->max_inline);
+    }
+    if (inl) {
+        ds += (len == 0) ? 0
+                         : (sizeof(struct mlx5_wqe_inl_data_seg) + len +
+                            VQP_MLX5_SEG_SIZE - 1) /
+                               VQP_MLX5_SEG_SIZE;
+    } else {
+        for (i = 0; i < num_sge; ++i) {
+            ds += (sge[i].length != 0);
+        }
+    }
+    num_bb = (ds * VQP_MLX5_SEG_SIZE + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
+    if (ucs_unlikely(num_bb > vqp_mlx5_txwq_avail(wq))) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    /* Signal when asked, every sig_every posts, and whenever the ring is
+     * nearly full: then the newest WQE always has a CQE coming, and a post
+     * refused for room is sure to get room back. */
+    fm_ce_se = 0;
+    if ((flags & VQP_MLX5_SIGNALED) || (--wq->sig_left == 0) ||
+        (vqp_mlx5_txwq_avail(wq) - num_bb < VQP_MLX5_MAX_BB)) {
+        fm_ce_se     = MLX5_WQE_CTRL_CQ_UPDATE;
+        wq->sig_left = wq->sig_every;
+    }
+    if (flags & VQP_MLX5_FENCE) {
+        fm_ce_se |= MLX5_WQE_CTRL_FENCE;
+    }
+    if (flags & VQP_MLX5_SOLICITED) {
+        fm_ce_se |= MLX5_WQE_CTRL_SOLICITED;
+    }
+
+    ctrl = vqp_mlx5_txwq_bb(wq, index);
+    seg  = vqp_mlx5_txwq_next_seg(wq, ctrl);
+    if (has_raddr) {
+        rseg           = seg;
+        rseg->raddr    = htobe64(raddr);
+        rseg->rkey     = htobe32(rkey);
+        rseg->reserved = 0;
+        seg            = vqp_mlx5_txwq_next_seg(wq, seg);
+    }
+    if (atomic) {
+        aseg           = seg;
+        aseg->swap_add = htobe64(swap_add);
+        aseg->compare  = htobe64(compare);
+        seg            = vqp_mlx5_txwq_next_seg(wq, seg);
+    }
+    vqp_mlx5_txwq_set_data(wq, seg, sge, num_sge, inl, len);
+
+    ctrl->opmod_idx_opcode      = htobe32(((uint32_t)index << 8) | opcode);
+    ctrl->qpn_ds                = htobe32(wq->qpn_ds | ds);
+    ctrl->signature             = 0;
+    ctrl->dci_stream_channel_id = 0;
+    ctrl->fm_ce_se              = fm_ce_se;
+    ctrl->imm                   = imm;
+
+    wq->pi += num_bb;
+    wq->last_ctrl = ctrl;
+    if (!(flags & VQP_MLX5_MORE)) {
+        vqp_mlx5_txwq_doorbell(
+            wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb : 0);
+    }
+    return index;
+}
+
+/* RDMA WRITE of the gathered @a sge to raddr/rkey; zero bytes is legal. */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post_write(vqp_mlx5_txwq_t *wq, const vqp_mlx5_sge_t *sge,
+                    unsigned num_sge, uint64_t raddr, uint32_t rkey,
+                    unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_RDMA_WRITE, sge, num_sge, raddr, rkey,
+                         0, 0, 0, flags);
+}
+
+/* RDMA WRITE with immediate @a imm (big-endian, as it goes on the wire). */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post_write_imm(vqp_mlx5_txwq_t *wq, const vqp_mlx5_sge_t *sge,
+                        unsigned num_sge, uint64_t raddr, uint32_t rkey,
+                        __be32 imm, unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_RDMA_WRITE_IMM, sge, num_sge, raddr,
+                         rkey, 0, 0, imm, flags);
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_mlx5_post_send(vqp_mlx5_txwq_t *wq,
+                                                  const vqp_mlx5_sge_t *sge,
+                                                  unsigned num_sge,
+                                                  unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_SEND, sge, num_sge, 0, 0, 0, 0, 0,
+                         flags);
+}
+
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post_send_imm(vqp_mlx5_txwq_t *wq, const vqp_mlx5_sge_t *sge,
+                       unsigned num_sge, __be32 imm, unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_SEND_IMM, sge, num_sge, 0, 0, 0, 0,
+                         imm, flags);
+}
+
+/* RDMA READ from raddr/rkey, scattered to @a sge (never inline). */
+static UCS_F_ALWAYS_INLINE int vqp_mlx5_post_read(vqp_mlx5_txwq_t *wq,
+                                                  const vqp_mlx5_sge_t *sge,
+                                                  unsigned num_sge,
+                                                  uint64_t raddr, uint32_t rkey,
+                                                  unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_RDMA_READ, sge, num_sge, raddr, rkey,
+                         0, 0, 0, flags & ~VQP_MLX5_INLINE);
+}
+
+/* 64-bit fetch-and-add at raddr (8-byte aligned); the old value lands in
+ * @a result (8 bytes, big-endian). */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post_atomic_fa(vqp_mlx5_txwq_t *wq, const vqp_mlx5_sge_t *result,
+                        uint64_t raddr, uint32_t rkey, uint64_t add,
+                        unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_ATOMIC_FA, result, 1, raddr, rkey, add,
+                         0, 0, flags);
+}
+
+/* 64-bit compare-and-swap: *raddr = swap if it equals compare; the old value
+ * lands in @a result (8 bytes, big-endian). */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post_atomic_cs(vqp_mlx5_txwq_t *wq, const vqp_mlx5_sge_t *result,
+                        uint64_t raddr, uint32_t rkey, uint64_t compare,
+                        uint64_t swap, unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_ATOMIC_CS, result, 1, raddr, rkey,
+                         swap, compare, 0, flags);
+}
+
+/* A WQE that moves nothing: a completion point, or a fence carrier. */
+static UCS_F_ALWAYS_INLINE int vqp_mlx5_post_nop(vqp_mlx5_txwq_t *wq,
+                                                 unsigned flags)
+{
+    return vqp_mlx5_post(wq, MLX5_OPCODE_NOP, NULL, 0, 0, 0, 0, 0, 0,
+                         flags & ~VQP_MLX5_INLINE);
+}

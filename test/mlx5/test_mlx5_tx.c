@@ -1,0 +1,636 @@
+/*
+ * Send-queue tests of the mlx5 data path: WQE bytes of every operation,
+ * inline vs pointer data, ring wrap-around, signaling policy, fence bits,
+ * room accounting and the three doorbell modes. No device: the SQ is host
+ * memory and the BlueFlame register an array.
+ */
+#include <config.h>
+
+#include "mlx5_fake.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+typedef struct {
+    fake_qp_t *qp;
+    vqp_mlx5_txwq_t wq;
+} tx_fixture_t;
+
+static uint8_t payload[1024];
+
+static int tx_setup_n(void **state, uint32_t bbs, unsigned sig_every,
+                      vqp_mlx5_db_mode_t mode)
+{
+    tx_fixture_t *f = calloc(1, sizeof(*f));
+    unsigned i;
+
+    for (i = 0; i < sizeof(payload); ++i) {
+        payload[i] = (uint8_t)(i * 7 + 1);
+    }
+    f->qp = fake_qp_new(bbs, 0, 0);
+    assert_int_equal(
+        vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, sig_every, mode),
+        UCS_OK);
+    *state = f;
+    return 0;
+}
+
+static int tx_setup(void **state)
+{
+    return tx_setup_n(state, 64, 1, VQP_MLX5_DB_BF);
+}
+
+static int tx_teardown(void **state)
+{
+    tx_fixture_t *f = *state;
+
+    fake_qp_free(f->qp);
+    free(f);
+    return 0;
+}
+
+static struct mlx5_wqe_ctrl_seg *ctrl_at(tx_fixture_t *f, uint16_t index)
+{
+    return vqp_mlx5_txwq_bb(&f->wq, index);
+}
+
+/* The segment @a n (16-byte units) after the ctrl of WQE @a index, wrapped. */
+static void *seg_at(tx_fixture_t *f, uint16_t index, unsigned n)
+{
+    size_t off = ((size_t)(index & f->wq.mask) * 4 + n) * 16;
+    size_t len = (size_t)(f->wq.mask + 1) * MLX5_SEND_WQE_BB;
+
+    return (char *)f->wq.qstart + off % len;
+}
+
+static void check_ctrl(tx_fixture_t *f, uint16_t index, uint8_t opcode,
+                       unsigned ds, uint8_t fm_ce_se, __be32 imm)
+{
+    struct mlx5_wqe_ctrl_seg *ctrl = ctrl_at(f, index);
+
+    assert_int_equal(be32toh(ctrl->opmod_idx_opcode),
+                     ((uint32_t)index << 8) | opcode);
+    assert_int_equal(be32toh(ctrl->qpn_ds), (FAKE_QPN << 8) | ds);
+    assert_int_equal(ctrl->signature, 0);
+    assert_int_equal(ctrl->fm_ce_se, fm_ce_se);
+    assert_int_equal(ctrl->imm, imm);
+}
+
+static void check_raddr(void *seg, uint64_t raddr, uint32_t rkey)
+{
+    struct mlx5_wqe_raddr_seg *r = seg;
+
+    assert_int_equal(be64toh(r->raddr), raddr);
+    assert_int_equal(be32toh(r->rkey), rkey);
+    assert_int_equal(r->reserved, 0);
+}
+
+static void check_dseg(void *seg, const vqp_mlx5_sge_t *sge)
+{
+    struct mlx5_wqe_data_seg *d = seg;
+
+    assert_int_equal(be32toh(d->byte_count), sge->length);
+    assert_int_equal(be32toh(d->lkey), sge->lkey);
+    assert_int_equal(be64toh(d->addr), sge->addr);
+}
+
+static void test_init_rejects(void **state)
+{
+    fake_qp_t *qp      = fake_qp_new(64, 0, 0);
+    vqp_mlx5_txwq_t wq = {0};
+
+    qp->dv.sq.stride = 128;
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+                     UCS_ERR_INVALID_PARAM);
+    qp->dv.sq.stride  = 64;
+    qp->dv.sq.wqe_cnt = 48; /* not a power of two */
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+                     UCS_ERR_INVALID_PARAM);
+    qp->dv.sq.wqe_cnt = 16; /* cannot hold two of the largest WQEs */
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+                     UCS_ERR_INVALID_PARAM);
+    qp->dv.sq.wqe_cnt = 64;
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 0x1000000, 0, 1, 0),
+                     UCS_ERR_INVALID_PARAM);
+    assert_int_equal(
+        vqp_mlx5_txwq_init(&wq, &qp->dv, 1, VQP_MLX5_MAX_INLINE + 1, 1, 0),
+        UCS_ERR_INVALID_PARAM);
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 0, 0),
+                     UCS_ERR_INVALID_PARAM);
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 65, 0),
+                     UCS_ERR_INVALID_PARAM);
+    qp->dv.dbrec = NULL;
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+                     UCS_ERR_INVALID_PARAM);
+    qp->dv.dbrec = qp->dbrec;
+
+    /* Missing BlueFlame buffer or register: fall back, never write past. */
+    qp->dv.bf.size = 0;
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 4, VQP_MLX5_DB_BF),
+                     UCS_OK);
+    assert_int_equal(wq.db_mode, VQP_MLX5_DB_MMIO);
+    qp->dv.bf.reg = NULL;
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 4, VQP_MLX5_DB_BF),
+                     UCS_OK);
+    assert_int_equal(wq.db_mode, VQP_MLX5_DB_RECORD);
+    assert_int_equal(vqp_mlx5_txwq_avail(&wq), 64);
+    fake_qp_free(qp);
+}
+
+static void test_write_pointer(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1122334455667788ull, 4096, 0xabcd};
+    int idx;
+
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0xfeedface0000ull, 0x5678, 0);
+    assert_int_equal(idx, 0);
+    check_ctrl(f, 0, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_raddr(seg_at(f, 0, 1), 0xfeedface0000ull, 0x5678);
+    check_dseg(seg_at(f, 0, 2), &sge);
+    assert_int_equal(f->wq.pi, 1);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 1);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 63);
+
+    /* BlueFlame: the whole BB went to the first half of the register. */
+    assert_memory_equal(f->qp->bf, ctrl_at(f, 0), 64);
+
+    /* The next one goes to the other half and returns its own index. */
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0x1000, 0x5678, 0);
+    assert_int_equal(idx, 1);
+    assert_memory_equal((char *)f->qp->bf + FAKE_BF_SIZE, ctrl_at(f, 1), 64);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 2);
+    assert_int_equal(f->wq.bf_offset, 0);
+}
+
+static void test_write_zero_length(void **state)
+{
+    tx_fixture_t *f        = *state;
+    vqp_mlx5_sge_t sges[3] = {{0x1000, 0, 1}, {0x2000, 16, 2}, {0x3000, 0, 3}};
+    int idx;
+
+    /* No data at all: ctrl + raddr only. */
+    idx = vqp_mlx5_post_write(&f->wq, NULL, 0, 0x4000, 9, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    idx = vqp_mlx5_post_write(&f->wq, sges, 1, 0x4000, 9, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+
+    /* Zero-length entries vanish: 0 would mean 2 GiB to the device. */
+    idx = vqp_mlx5_post_write(&f->wq, sges, 3, 0x4000, 9, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_dseg(seg_at(f, idx, 2), &sges[1]);
+}
+
+static void test_write_imm_send(void **state)
+{
+    tx_fixture_t *f        = *state;
+    vqp_mlx5_sge_t sges[2] = {{0x1000, 100, 7}, {0x9000, 200, 8}};
+    __be32 imm             = htobe32(0xdeadbeef);
+    int idx;
+
+    idx = vqp_mlx5_post_write_imm(&f->wq, sges, 2, 0x7000, 3, imm, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE_IMM, 4, MLX5_WQE_CTRL_CQ_UPDATE,
+               imm);
+    check_raddr(seg_at(f, idx, 1), 0x7000, 3);
+    check_dseg(seg_at(f, idx, 2), &sges[0]);
+    check_dseg(seg_at(f, idx, 3), &sges[1]);
+
+    idx = vqp_mlx5_post_send(&f->wq, sges, 2, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_SEND, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_dseg(seg_at(f, idx, 1), &sges[0]);
+    check_dseg(seg_at(f, idx, 2), &sges[1]);
+
+    idx = vqp_mlx5_post_send_imm(&f->wq, sges, 1, imm, VQP_MLX5_SOLICITED);
+    check_ctrl(f, idx, MLX5_OPCODE_SEND_IMM, 2,
+               MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_SOLICITED, imm);
+    check_dseg(seg_at(f, idx, 1), &sges[0]);
+
+    /* An empty SEND is a ctrl segment alone. */
+    idx = vqp_mlx5_post_send(&f->wq, NULL, 0, VQP_MLX5_INLINE);
+    check_ctrl(f, idx, MLX5_OPCODE_SEND, 1, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+}
+
+static void test_multi_bb(void **state)
+{
+    tx_fixture_t *f = *state;
+    vqp_mlx5_sge_t sges[VQP_MLX5_MAX_SGE + 1];
+    unsigned i;
+    int idx;
+
+    for (i = 0; i <= VQP_MLX5_MAX_SGE; ++i) {
+        sges[i] = (vqp_mlx5_sge_t){0x10000 * (i + 1), 64 + i, 100 + i};
+    }
+    /* 2 + 5 segments = 7 ds = 2 BBs. */
+    idx = vqp_mlx5_post_write(&f->wq, sges, 5, 0x1, 2, 0);
+    assert_int_equal(idx, 0);
+    check_ctrl(f, 0, MLX5_OPCODE_RDMA_WRITE, 7, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    for (i = 0; i < 5; ++i) {
+        check_dseg(seg_at(f, 0, 2 + i), &sges[i]);
+    }
+    assert_int_equal(f->wq.pi, 2);
+    assert_int_equal(vqp_mlx5_ctrl_num_bb(ctrl_at(f, 0)), 2);
+    assert_memory_equal(f->qp->bf, ctrl_at(f, 0), 128);
+
+    /* The largest gather list: 18 ds = 5 BBs. */
+    idx = vqp_mlx5_post_read(&f->wq, sges, VQP_MLX5_MAX_SGE, 0x1, 2, 0);
+    assert_int_equal(idx, 2);
+    check_ctrl(f, 2, MLX5_OPCODE_RDMA_READ, 18, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_dseg(seg_at(f, 2, 17), &sges[VQP_MLX5_MAX_SGE - 1]);
+    assert_int_equal(f->wq.pi, 7);
+
+    /* One more is refused and nothing moves. */
+    assert_int_equal(
+        vqp_mlx5_post_write(&f->wq, sges, VQP_MLX5_MAX_SGE + 1, 0x1, 2, 0),
+        UCS_ERR_INVALID_PARAM);
+    assert_int_equal(f->wq.pi, 7);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 7);
+}
+
+static void test_inline(void **state)
+{
+    tx_fixture_t *f = *state;
+    vqp_mlx5_sge_t sges[3];
+    struct mlx5_wqe_inl_data_seg *iseg;
+    int idx;
+
+    sges[0] = (vqp_mlx5_sge_t){(uintptr_t)payload, 20, 1};
+    sges[1] = (vqp_mlx5_sge_t){(uintptr_t)&payload[100], 0, 1};
+    sges[2] = (vqp_mlx5_sge_t){(uintptr_t)&payload[200], 30, 1};
+
+    /* 4 + 20 bytes pad to 2 ds: ctrl + raddr + 2 = 4. */
+    idx = vqp_mlx5_post_write(&f->wq, sges, 1, 0x5000, 6, VQP_MLX5_INLINE);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE, 4, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_raddr(seg_at(f, idx, 1), 0x5000, 6);
+    iseg = seg_at(f, idx, 2);
+    assert_int_equal(be32toh(iseg->byte_count), 20 | MLX5_INLINE_SEG);
+    assert_memory_equal(iseg + 1, payload, 20);
+
+    /* Several SGEs are packed back to back: 4 + 50 bytes = 4 ds. */
+    idx = vqp_mlx5_post_send(&f->wq, sges, 3, VQP_MLX5_INLINE);
+    check_ctrl(f, idx, MLX5_OPCODE_SEND, 5, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    iseg = seg_at(f, idx, 1);
+    assert_int_equal(be32toh(iseg->byte_count), 50 | MLX5_INLINE_SEG);
+    assert_memory_equal(iseg + 1, payload, 20);
+    assert_memory_equal((char *)(iseg + 1) + 20, &payload[200], 30);
+    assert_int_equal(vqp_mlx5_ctrl_num_bb(ctrl_at(f, idx)), 2);
+
+    /* Exactly max_inline (256) still goes inline: 2 + 17 ds. */
+    sges[0].length = 256;
+    idx = vqp_mlx5_post_write_imm(&f->wq, sges, 1, 0x5000, 6, 0x01020304,
+                                  VQP_MLX5_INLINE);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE_IMM, 19, MLX5_WQE_CTRL_CQ_UPDATE,
+               0x01020304);
+    iseg = seg_at(f, idx, 2);
+    assert_int_equal(be32toh(iseg->byte_count), 256 | MLX5_INLINE_SEG);
+    assert_memory_equal(iseg + 1, payload, 256);
+
+    /* One byte more falls back to a pointer, as does no INLINE flag. */
+    sges[0].length = 257;
+    idx = vqp_mlx5_post_write(&f->wq, sges, 1, 0x5000, 6, VQP_MLX5_INLINE);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_dseg(seg_at(f, idx, 2), &sges[0]);
+    sges[0].length = 8;
+    idx            = vqp_mlx5_post_send(&f->wq, sges, 1, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_dseg(seg_at(f, idx, 1), &sges[0]);
+
+    /* READ never goes inline: the data travels the other way. */
+    idx = vqp_mlx5_post_read(&f->wq, sges, 1, 0x5000, 6, VQP_MLX5_INLINE);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_READ, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_dseg(seg_at(f, idx, 2), &sges[0]);
+}
+
+static void test_atomics_nop(void **state)
+{
+    tx_fixture_t *f       = *state;
+    vqp_mlx5_sge_t result = {0xaaaa0000, 8, 0x44};
+    struct mlx5_wqe_atomic_seg *a;
+    uint16_t pi;
+    int idx;
+
+    idx = vqp_mlx5_post_atomic_fa(&f->wq, &result, 0xbeef0008, 0x99, 5, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_ATOMIC_FA, 4, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    check_raddr(seg_at(f, idx, 1), 0xbeef0008, 0x99);
+    a = seg_at(f, idx, 2);
+    assert_int_equal(be64toh(a->swap_add), 5);
+    assert_int_equal(a->compare, 0);
+    check_dseg(seg_at(f, idx, 3), &result);
+
+    idx = vqp_mlx5_post_atomic_cs(&f->wq, &result, 0xbeef0010, 0x99,
+                                  0x1111222233334444ull, 0x5555, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_ATOMIC_CS, 4, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    a = seg_at(f, idx, 2);
+    assert_int_equal(be64toh(a->swap_add), 0x5555);
+    assert_int_equal(be64toh(a->compare), 0x1111222233334444ull);
+    check_dseg(seg_at(f, idx, 3), &result);
+
+    idx = vqp_mlx5_post_nop(&f->wq, VQP_MLX5_FENCE);
+    check_ctrl(f, idx, MLX5_OPCODE_NOP, 1,
+               MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_FENCE, 0);
+
+    /* The result buffer must be exactly 8 bytes; nothing is written else. */
+    pi            = f->wq.pi;
+    result.length = 4;
+    assert_int_equal(vqp_mlx5_post_atomic_fa(&f->wq, &result, 0, 0, 1, 0),
+                     UCS_ERR_INVALID_PARAM);
+    assert_int_equal(f->wq.pi, pi);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), pi);
+}
+
+static void test_fence(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    int idx;
+
+    idx = vqp_mlx5_post_read(&f->wq, &sge, 1, 0x2000, 2, 0);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_READ, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0x2000, 2, VQP_MLX5_FENCE);
+    check_ctrl(f, idx, MLX5_OPCODE_RDMA_WRITE, 3,
+               MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_FENCE, 0);
+    assert_int_equal(ctrl_at(f, idx)->fm_ce_se & 0xe0, 0x80);
+}
+
+/* Unsignaled posts with a forced CQE every 4 posts, on request, and when the
+ * ring is nearly full. */
+static void test_signaling(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    unsigned i, n;
+    int idx, last = -1;
+
+    tx_teardown(state);
+    tx_setup_n(state, 64, 4, VQP_MLX5_DB_BF);
+    f = *state;
+
+    for (i = 0; i < 8; ++i) {
+        idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+        assert_int_equal(ctrl_at(f, idx)->fm_ce_se,
+                         ((i % 4) == 3) ? MLX5_WQE_CTRL_CQ_UPDATE : 0);
+    }
+    /* An explicit request restarts the count. */
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    assert_int_equal(ctrl_at(f, idx)->fm_ce_se, 0);
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_SIGNALED);
+    assert_int_equal(ctrl_at(f, idx)->fm_ce_se, MLX5_WQE_CTRL_CQ_UPDATE);
+    for (i = 0; i < 3; ++i) {
+        idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+        assert_int_equal(ctrl_at(f, idx)->fm_ce_se, 0);
+    }
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    assert_int_equal(ctrl_at(f, idx)->fm_ce_se, MLX5_WQE_CTRL_CQ_UPDATE);
+
+    /* Fill the ring: every post that leaves less than the largest WQE's
+     * room is signaled, so the newest WQE always brings a CQE. */
+    n = 0;
+    while ((idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0)) >= 0) {
+        if (vqp_mlx5_txwq_avail(&f->wq) < VQP_MLX5_MAX_BB) {
+            assert_int_equal(ctrl_at(f, idx)->fm_ce_se,
+                             MLX5_WQE_CTRL_CQ_UPDATE);
+        }
+        last = idx;
+        ++n;
+    }
+    assert_int_equal(idx, UCS_ERR_NO_RESOURCE);
+    assert_int_equal(n, 64 - 14);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 0);
+    assert_int_equal(ctrl_at(f, last)->fm_ce_se, MLX5_WQE_CTRL_CQ_UPDATE);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 64);
+
+    /* Its CQE frees the whole ring. */
+    vqp_mlx5_txwq_complete(&f->wq, (uint16_t)last);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 64);
+    assert_int_equal(f->wq.ci, 64);
+}
+
+/* A CQE for a WQE frees exactly up to its end, using its own size. */
+static void test_complete_accounting(void **state)
+{
+    tx_fixture_t *f = *state;
+    vqp_mlx5_sge_t sges[5];
+    unsigned i;
+    int a, b, c;
+
+    for (i = 0; i < 5; ++i) {
+        sges[i] = (vqp_mlx5_sge_t){0x1000 * (i + 1), 8, 1};
+    }
+    a = vqp_mlx5_post_write(&f->wq, sges, 5, 0, 0, 0); /* 2 BBs */
+    b = vqp_mlx5_post_nop(&f->wq, 0);                  /* 1 BB */
+    c = vqp_mlx5_post_read(&f->wq, sges, 5, 0, 0, 0);  /* 2 BBs */
+    assert_int_equal(a, 0);
+    assert_int_equal(b, 2);
+    assert_int_equal(c, 3);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 59);
+    vqp_mlx5_txwq_complete(&f->wq, (uint16_t)a);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 61);
+    vqp_mlx5_txwq_complete(&f->wq, (uint16_t)c);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 64);
+}
+
+/* WQEs and inline data that run past the ring end continue at its start;
+ * the BlueFlame copy follows the wrap. */
+static void test_wrap(void **state)
+{
+    tx_fixture_t *f = *state;
+    vqp_mlx5_sge_t sges[5], in;
+    struct mlx5_wqe_inl_data_seg *iseg;
+    uint8_t expect[128];
+    char *start, *last_bb;
+    unsigned i;
+    int idx;
+
+    for (i = 0; i < 5; ++i) {
+        sges[i] = (vqp_mlx5_sge_t){0x1000 * (i + 1), 8 + i, 1 + i};
+    }
+    /* Advance to the last BB. */
+    for (i = 0; i < 63; ++i) {
+        idx = vqp_mlx5_post_nop(&f->wq, 0);
+        vqp_mlx5_txwq_complete(&f->wq, (uint16_t)idx);
+    }
+    assert_int_equal(f->wq.pi, 63);
+
+    /* 7 ds: ctrl, raddr, 2 data segs in BB 63; 3 data segs in BB 0. */
+    memset(f->qp->dv.sq.buf, 0xa5, 64);
+    idx = vqp_mlx5_post_write(&f->wq, sges, 5, 0xabc, 0x11, 0);
+    assert_int_equal(idx, 63);
+    check_ctrl(f, 63, MLX5_OPCODE_RDMA_WRITE, 7, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    start   = f->qp->dv.sq.buf;
+    last_bb = start + 63 * 64;
+    check_raddr(last_bb + 16, 0xabc, 0x11);
+    check_dseg(last_bb + 32, &sges[0]);
+    check_dseg(last_bb + 48, &sges[1]);
+    check_dseg(start, &sges[2]);
+    check_dseg(start + 16, &sges[3]);
+    check_dseg(start + 32, &sges[4]);
+    assert_int_equal(f->wq.pi, 65);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 65);
+    memcpy(expect, last_bb, 64);
+    memcpy(expect + 64, start, 64);
+    assert_memory_equal((char *)f->qp->bf + f->wq.bf_size - f->wq.bf_offset,
+                        expect, 128);
+    vqp_mlx5_txwq_complete(&f->wq, (uint16_t)idx);
+
+    /* Inline data split by the ring end: advance to BB 63 again. */
+    while ((f->wq.pi & f->wq.mask) != 63) {
+        idx = vqp_mlx5_post_nop(&f->wq, 0);
+        vqp_mlx5_txwq_complete(&f->wq, (uint16_t)idx);
+    }
+    /* ctrl + raddr + 4-byte header leave 28 bytes in BB 63. */
+    in  = (vqp_mlx5_sge_t){(uintptr_t)payload, 100, 0};
+    idx = vqp_mlx5_post_write(&f->wq, &in, 1, 0xdef, 0x22, VQP_MLX5_INLINE);
+    check_ctrl(f, (uint16_t)idx, MLX5_OPCODE_RDMA_WRITE, 9,
+               MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    iseg = (void *)(last_bb + 32);
+    assert_int_equal(be32toh(iseg->byte_count), 100 | MLX5_INLINE_SEG);
+    assert_memory_equal(last_bb + 36, payload, 28);
+    assert_memory_equal(start, payload + 28, 72);
+    assert_int_equal(vqp_mlx5_ctrl_num_bb(ctrl_at(f, (uint16_t)idx)), 3);
+}
+
+/* The 16-bit producer index wraps: the ctrl index field and the record
+ * follow it, and accounting stays right across the wrap. */
+static void test_pi_wrap16(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    unsigned i;
+    int idx;
+
+    for (i = 0; i < 0x10000 - 2; ++i) {
+        idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
+        vqp_mlx5_txwq_complete(&f->wq, (uint16_t)idx);
+    }
+    assert_int_equal(f->wq.pi, 0xfffe);
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
+    assert_int_equal(idx, 0xfffe);
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    assert_int_equal(idx, 0xffff);
+    check_ctrl(f, 0xffff, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE,
+               0);
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
+    assert_int_equal(idx, 0);
+    check_ctrl(f, 0, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 1);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 61);
+    vqp_mlx5_txwq_complete(&f->wq, 0);
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 64);
+}
+
+/* 8-byte doorbells (ctrl bytes 0..7) alternate between the two halves. */
+static void test_db_mmio(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    uint64_t *bf;
+    int idx;
+
+    tx_teardown(state);
+    tx_setup_n(state, 64, 1, VQP_MLX5_DB_MMIO);
+    f  = *state;
+    bf = f->qp->bf;
+
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    assert_memory_equal(&bf[0], ctrl_at(f, idx), 8);
+    assert_int_equal(bf[1], 0); /* nothing past the 8 bytes */
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
+    assert_memory_equal(&bf[FAKE_BF_SIZE / 8], ctrl_at(f, idx), 8);
+    assert_int_equal(bf[FAKE_BF_SIZE / 8 + 1], 0);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 2);
+}
+
+/* Doorbell record only: the register is never touched. */
+static void test_db_record(void **state)
+{
+    tx_fixture_t *f                     = *state;
+    vqp_mlx5_sge_t sge                  = {0x1000, 8, 1};
+    uint64_t zero[2 * FAKE_BF_SIZE / 8] = {0};
+
+    tx_teardown(state);
+    tx_setup_n(state, 64, 1, VQP_MLX5_DB_RECORD);
+    f = *state;
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 2);
+    assert_memory_equal(f->qp->bf, zero, sizeof(zero));
+}
+
+/* A WQE larger than the BlueFlame buffer gets an 8-byte doorbell. */
+static void test_db_bf_too_big(void **state)
+{
+    tx_fixture_t *f   = *state;
+    vqp_mlx5_sge_t in = {(uintptr_t)payload, 256, 0};
+    uint64_t *bf      = f->qp->bf;
+    int idx;
+
+    /* 1 + 17 ds = 5 BBs = 320 bytes > 256. */
+    idx = vqp_mlx5_post_send(&f->wq, &in, 1, VQP_MLX5_INLINE);
+    assert_int_equal(vqp_mlx5_ctrl_num_bb(ctrl_at(f, idx)), 5);
+    assert_memory_equal(&bf[0], ctrl_at(f, idx), 8);
+    assert_int_equal(bf[1], 0);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 5);
+}
+
+/* VQP_MLX5_MORE batches: no record or doorbell until flush, which names the
+ * newest WQE with an 8-byte doorbell. */
+static void test_db_batch(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    uint64_t *bf       = f->qp->bf;
+    int idx;
+
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, VQP_MLX5_MORE);
+    assert_int_equal(f->qp->dbrec[MLX5_SND_DBR], 0);
+    assert_int_equal(bf[0], 0);
+
+    vqp_mlx5_txwq_flush(&f->wq);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 3);
+    assert_memory_equal(&bf[0], ctrl_at(f, idx), 8);
+    assert_int_equal(bf[1], 0);
+    assert_int_equal(f->wq.bf_offset, FAKE_BF_SIZE);
+
+    /* Nothing new: flushing again writes nothing. */
+    f->qp->dbrec[MLX5_SND_DBR] = 0;
+    vqp_mlx5_txwq_flush(&f->wq);
+    assert_int_equal(f->qp->dbrec[MLX5_SND_DBR], 0);
+    assert_int_equal(f->wq.bf_offset, FAKE_BF_SIZE);
+
+    /* A lone WQE after a batch goes by BlueFlame again. */
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
+    assert_memory_equal((char *)bf + FAKE_BF_SIZE, ctrl_at(f, idx), 64);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_rejects),
+        cmocka_unit_test_setup_teardown(test_write_pointer, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_write_zero_length, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_write_imm_send, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_multi_bb, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_inline, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_atomics_nop, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_fence, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_signaling, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_complete_accounting, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_wrap, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_pi_wrap16, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_db_mmio, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_db_record, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_db_bf_too_big, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_db_batch, tx_setup, tx_teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
