@@ -1,0 +1,559 @@
+/*
+ * Software mlx5 device: device instances, their shared-memory segments, the
+ * process registry of instances, peer mappings and liveness, the queue
+ * memory arena, cross-process data movement and the progress entry point.
+ */
+#include <config.h>
+
+#include "sw_int.h"
+
+#include <ucs/debug/log.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Instances of this process; instance numbers are unique per process. */
+static pthread_mutex_t vqp_sw_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static vqp_sw_dev_t *vqp_sw_registry;
+static uint32_t vqp_sw_next_instance;
+
+uint64_t vqp_sw_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t vqp_sw_proc_start_time(uint32_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long start = 0;
+    ssize_t n;
+    int fd, field;
+
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        return 0;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    /* The command name may hold spaces: fields count from the last ')'. */
+    p = strrchr(buf, ')');
+    if (p == NULL) {
+        return 0;
+    }
+    for (field = 2; (field < 22) && (p != NULL); ++field) {
+        p = strchr(p + 1, ' ');
+    }
+    if ((p == NULL) || (sscanf(p + 1, "%llu", &start) != 1)) {
+        return 0;
+    }
+    return start;
+}
+
+bool vqp_sw_pid_alive(uint32_t pid, uint64_t start_time)
+{
+    if ((kill((pid_t)pid, 0) != 0) && (errno == ESRCH)) {
+        return false;
+    }
+    /* A zombie or a reused pid has another (or no) start time. */
+    return vqp_sw_proc_start_time(pid) == start_time;
+}
+
+void vqp_sw_shm_name(char *buf, size_t len, uint32_t uid, uint32_t pid,
+                     uint32_t instance)
+{
+    snprintf(buf, len, "/" VQP_SW_SHM_PREFIX "%u-%u-%u", uid, pid, instance);
+}
+
+void vqp_sw_lock(vqp_sw_shm_t *shm)
+{
+    /* A peer that died holding the lock leaves it inconsistent, not held:
+     * every critical section leaves shared state valid at each store. */
+    if (pthread_mutex_lock(&shm->lock) == EOWNERDEAD) {
+        ucs_debug("vqp_sw: lock of pid %u recovered from a dead holder",
+                  shm->pid);
+        pthread_mutex_consistent(&shm->lock);
+    }
+}
+
+void vqp_sw_unlock(vqp_sw_shm_t *shm)
+{
+    pthread_mutex_unlock(&shm->lock);
+}
+
+void *vqp_sw_arena_alloc(vqp_sw_dev_t *dev, size_t size, size_t *pages_p,
+                         uint64_t *off_p)
+{
+    size_t pages = (size + VQP_SW_PAGE - 1) / VQP_SW_PAGE;
+    size_t i, run = 0;
+    void *ptr;
+
+    for (i = 0; i < dev->arena_pages; ++i) {
+        run = dev->arena_used[i] ? 0 : run + 1;
+        if (run == pages) {
+            i = i + 1 - pages;
+            memset(dev->arena_used + i, 1, pages);
+            *off_p   = dev->shm->arena_off + i * VQP_SW_PAGE;
+            *pages_p = pages;
+            ptr      = (uint8_t *)dev->shm + *off_p;
+            memset(ptr, 0, pages * VQP_SW_PAGE);
+            return ptr;
+        }
+    }
+    ucs_error("vqp_sw %s: queue memory exhausted (%zu bytes requested, arena "
+              "%lu bytes)",
+              dev->name, size, VQP_SW_ARENA_SIZE);
+    return NULL;
+}
+
+void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages)
+{
+    size_t first = (off - dev->shm->arena_off) / VQP_SW_PAGE;
+
+    memset(dev->arena_used + first, 0, pages);
+    /* Give the pages back to tmpfs. */
+    madvise((uint8_t *)dev->shm + off, pages * VQP_SW_PAGE, MADV_REMOVE);
+}
+
+int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
+                unsigned n_local, const struct iovec *remote, unsigned n_remote)
+{
+    size_t total = 0, done;
+    ssize_t ret;
+    unsigned i, li, ri;
+    size_t loff, roff, chunk;
+
+    for (i = 0; i < n_local; ++i) {
+        total += local[i].iov_len;
+    }
+    if (total == 0) {
+        return 0;
+    }
+    if (pid == (uint32_t)getpid()) {
+        /* Same process: the syscall would only add cost. */
+        li = ri = 0;
+        loff = roff = 0;
+        done        = 0;
+        while (done < total) {
+            chunk = local[li].iov_len - loff;
+            if (remote[ri].iov_len - roff < chunk) {
+                chunk = remote[ri].iov_len - roff;
+            }
+            if (to_remote) {
+                memmove((uint8_t *)remote[ri].iov_base + roff,
+                        (uint8_t *)local[li].iov_base + loff, chunk);
+            } else {
+                memmove((uint8_t *)local[li].iov_base + loff,
+                        (uint8_t *)remote[ri].iov_base + roff, chunk);
+            }
+            done += chunk;
+            loff += chunk;
+            roff += chunk;
+            if (loff == local[li].iov_len) {
+                ++li;
+                loff = 0;
+            }
+            if ((ri < n_remote) && (roff == remote[ri].iov_len)) {
+                ++ri;
+                roff = 0;
+            }
+        }
+        return 0;
+    }
+    done = 0;
+    while (done < total) {
+        /* A partial transfer ends on an iovec boundary; retry the rest. */
+        struct iovec l[VQP_SW_MAX_SGE + 1], r[VQP_SW_MAX_SGE + 1];
+        size_t skip = done, nl = 0, nr = 0;
+
+        for (i = 0; i < n_local; ++i) {
+            if (skip >= local[i].iov_len) {
+                skip -= local[i].iov_len;
+                continue;
+            }
+            l[nl].iov_base = (uint8_t *)local[i].iov_base + skip;
+            l[nl].iov_len  = local[i].iov_len - skip;
+            ++nl;
+            skip = 0;
+        }
+        skip = done;
+        for (i = 0; i < n_remote; ++i) {
+            if (skip >= remote[i].iov_len) {
+                skip -= remote[i].iov_len;
+                continue;
+            }
+            r[nr].iov_base = (uint8_t *)remote[i].iov_base + skip;
+            r[nr].iov_len  = remote[i].iov_len - skip;
+            ++nr;
+            skip = 0;
+        }
+        ret = to_remote ? process_vm_writev((pid_t)pid, l, nl, r, nr, 0)
+                        : process_vm_readv((pid_t)pid, l, nl, r, nr, 0);
+        if (ret < 0) {
+            return errno;
+        }
+        if (ret == 0) {
+            return EFAULT;
+        }
+        done += (size_t)ret;
+    }
+    return 0;
+}
+
+/* Unlink segments whose owner is gone (pid absent or reused). */
+static void vqp_sw_clean_stale(uint32_t uid)
+{
+    char prefix[64], path[300];
+    struct dirent *de;
+    unsigned u, pid, inst;
+    vqp_sw_shm_t hdr;
+    DIR *dir;
+    int fd;
+
+    snprintf(prefix, sizeof(prefix), VQP_SW_SHM_PREFIX "%u-", uid);
+    dir = opendir("/dev/shm");
+    if (dir == NULL) {
+        return;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        if ((strncmp(de->d_name, prefix, strlen(prefix)) != 0) ||
+            (sscanf(de->d_name, VQP_SW_SHM_PREFIX "%u-%u-%u", &u, &pid,
+                    &inst) != 3)) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/%s", de->d_name);
+        fd = shm_open(path, O_RDONLY, 0);
+        if (fd < 0) {
+            continue;
+        }
+        memset(&hdr, 0, sizeof(hdr.magic) + 64);
+        if ((pread(fd, &hdr, offsetof(vqp_sw_shm_t, lock), 0) ==
+             (ssize_t)offsetof(vqp_sw_shm_t, lock)) &&
+            (hdr.magic == VQP_SW_MAGIC) &&
+            vqp_sw_pid_alive(hdr.pid, hdr.start_time)) {
+            close(fd);
+            continue;
+        }
+        close(fd);
+        /* Our own pid is alive by definition; anything else left is stale. */
+        if (pid != (unsigned)getpid()) {
+            ucs_debug("vqp_sw: removing stale segment %s", path);
+            shm_unlink(path);
+        }
+    }
+    closedir(dir);
+}
+
+ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
+{
+    pthread_mutexattr_t mattr;
+    vqp_sw_dev_t *dev;
+    const char *env;
+    ucs_status_t status;
+    int fd;
+
+    if ((name == NULL) || (strncmp(name, "vqp_sw", 6) != 0)) {
+        ucs_error("vqp_sw: unknown device name '%s' (expected vqp_sw<N>)",
+                  name ? name : "(null)");
+        return UCS_ERR_NO_DEVICE;
+    }
+    dev = calloc(1, sizeof(*dev));
+    if (dev == NULL) {
+        ucs_error("vqp_sw: cannot allocate device object");
+        return UCS_ERR_NO_MEMORY;
+    }
+    env = getenv("VQP_SW_FAULTS");
+    if ((env != NULL) && (*env != '\0')) {
+        status = vqp_sw_fault_parse(env, &dev->fault);
+        if (status != UCS_OK) {
+            ucs_error("vqp_sw: invalid VQP_SW_FAULTS '%s'", env);
+            free(dev);
+            return status;
+        }
+    }
+    /* Peers of the same user read our memory with process_vm_*; Yama's
+     * ptrace_scope=1 would otherwise refuse unrelated processes. */
+#ifdef PR_SET_PTRACER
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+    vqp_sw_clean_stale((uint32_t)getuid());
+
+    pthread_mutex_lock(&vqp_sw_registry_lock);
+    dev->instance = vqp_sw_next_instance++;
+    pthread_mutex_unlock(&vqp_sw_registry_lock);
+    dev->pid      = (uint32_t)getpid();
+    dev->next_gen = 1;
+    vqp_sw_shm_name(dev->name, sizeof(dev->name), (uint32_t)getuid(), dev->pid,
+                    dev->instance);
+    dev->seg_size =
+        ((sizeof(vqp_sw_shm_t) + VQP_SW_PAGE - 1) & ~(VQP_SW_PAGE - 1)) +
+        VQP_SW_ARENA_SIZE;
+    fd = shm_open(dev->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        ucs_error("vqp_sw: shm_open(%s) failed: %m", dev->name);
+        free(dev);
+        return UCS_ERR_IO_ERROR;
+    }
+    if (ftruncate(fd, (off_t)dev->seg_size) != 0) {
+        ucs_error("vqp_sw: ftruncate(%s, %zu) failed: %m", dev->name,
+                  dev->seg_size);
+        goto err_unlink;
+    }
+    dev->shm =
+        mmap(NULL, dev->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (dev->shm == MAP_FAILED) {
+        ucs_error("vqp_sw: mmap(%s) failed: %m", dev->name);
+        goto err_unlink;
+    }
+    close(fd);
+    fd               = -1;
+    dev->arena_pages = VQP_SW_ARENA_SIZE / VQP_SW_PAGE;
+    dev->arena_used  = calloc(dev->arena_pages, 1);
+    if (dev->arena_used == NULL) {
+        ucs_error("vqp_sw: cannot allocate arena map");
+        goto err_unmap;
+    }
+
+    pthread_mutexattr_init(&mattr);
+    pthread_mutexattr_setpshared(&mattr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&mattr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&dev->shm->lock, &mattr);
+    pthread_mutexattr_destroy(&mattr);
+    dev->shm->version    = VQP_SW_VERSION;
+    dev->shm->hdr_size   = sizeof(vqp_sw_shm_t);
+    dev->shm->pid        = dev->pid;
+    dev->shm->uid        = (uint32_t)getuid();
+    dev->shm->start_time = vqp_sw_proc_start_time(dev->pid);
+    dev->shm->instance   = dev->instance;
+    dev->shm->seg_size   = dev->seg_size;
+    dev->shm->arena_off  = dev->seg_size - VQP_SW_ARENA_SIZE;
+    dev->shm->alive      = 1;
+    /* Peers validate the magic last: publish it after everything else. */
+    __atomic_store_n(&dev->shm->magic, VQP_SW_MAGIC, __ATOMIC_RELEASE);
+
+    dev->attr.max_qp      = VQP_SW_MAX_QP;
+    dev->attr.max_cq      = VQP_SW_MAX_CQ;
+    dev->attr.max_srq     = VQP_SW_MAX_SRQ;
+    dev->attr.max_mr      = VQP_SW_MAX_MR;
+    dev->attr.max_qp_wr   = VQP_SW_MAX_QP_WR;
+    dev->attr.max_cqe     = VQP_SW_MAX_CQE;
+    dev->attr.max_srq_wr  = VQP_SW_MAX_QP_WR;
+    dev->attr.max_sge     = VQP_SW_MAX_SGE;
+    dev->attr.max_inline  = VQP_SW_MAX_INLINE;
+    dev->attr.max_msg_sz  = VQP_SW_MAX_MSG;
+    dev->attr.max_rd_atom = 16;
+
+    pthread_mutex_lock(&vqp_sw_registry_lock);
+    dev->next       = vqp_sw_registry;
+    vqp_sw_registry = dev;
+    pthread_mutex_unlock(&vqp_sw_registry_lock);
+    ucs_debug("vqp_sw: opened %s as %s", name, dev->name);
+    *dev_p = dev;
+    return UCS_OK;
+
+err_unmap:
+    munmap(dev->shm, dev->seg_size);
+err_unlink:
+    if (fd >= 0) {
+        close(fd);
+    }
+    shm_unlink(dev->name);
+    free(dev);
+    return UCS_ERR_IO_ERROR;
+}
+
+void vqp_sw_dev_close(vqp_sw_dev_t *dev)
+{
+    vqp_sw_dev_t **p;
+    unsigned i;
+
+    if (dev == NULL) {
+        return;
+    }
+    for (i = 0; i < VQP_SW_MAX_QP; ++i) {
+        if (dev->qps[i] != NULL) {
+            ucs_warn("vqp_sw %s: closing with QP 0x%x still open", dev->name,
+                     dev->qps[i]->qpn);
+            vqp_sw_qp_destroy(dev->qps[i]);
+        }
+    }
+    for (i = 0; i < VQP_SW_MAX_SRQ; ++i) {
+        if (dev->srqs[i] != NULL) {
+            vqp_sw_srq_destroy(dev->srqs[i]);
+        }
+    }
+    for (i = 0; i < VQP_SW_MAX_CQ; ++i) {
+        if (dev->cqs[i] != NULL) {
+            vqp_sw_cq_destroy(dev->cqs[i]);
+        }
+    }
+    for (i = 0; i < VQP_SW_MAX_MR; ++i) {
+        if (dev->mrs[i] != NULL) {
+            vqp_sw_mr_dereg(dev->mrs[i]);
+        }
+    }
+    for (i = 0; i < VQP_SW_MAX_PEERS; ++i) {
+        if (dev->peers[i].shm != NULL) {
+            munmap(dev->peers[i].shm, dev->peers[i].size);
+        }
+    }
+    pthread_mutex_lock(&vqp_sw_registry_lock);
+    for (p = &vqp_sw_registry; *p != NULL; p = &(*p)->next) {
+        if (*p == dev) {
+            *p = dev->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&vqp_sw_registry_lock);
+    __atomic_store_n(&dev->shm->alive, 0, __ATOMIC_RELEASE);
+    shm_unlink(dev->name);
+    munmap(dev->shm, dev->seg_size);
+    free(dev->arena_used);
+    free(dev);
+}
+
+void vqp_sw_dev_query(const vqp_sw_dev_t *dev, vqp_sw_dev_attr_t *attr)
+{
+    *attr = dev->attr;
+}
+
+void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr)
+{
+    addr->pid      = dev->pid;
+    addr->instance = dev->instance;
+}
+
+/* Map (or find the cached mapping of) a peer instance's segment. */
+vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
+{
+    char name[64];
+    vqp_sw_peer_t *peer, *free_slot = NULL;
+    vqp_sw_shm_t *shm;
+    struct stat st;
+    unsigned i;
+    int fd;
+
+    for (i = 0; i < VQP_SW_MAX_PEERS; ++i) {
+        peer = &dev->peers[i];
+        if (peer->shm == NULL) {
+            if (free_slot == NULL) {
+                free_slot = peer;
+            }
+        } else if ((peer->pid == addr->pid) &&
+                   (peer->instance == addr->instance) && !peer->dead) {
+            ++peer->refs;
+            return peer;
+        }
+    }
+    if (free_slot == NULL) {
+        ucs_error("vqp_sw %s: too many peer devices (max %u)", dev->name,
+                  VQP_SW_MAX_PEERS);
+        return NULL;
+    }
+    vqp_sw_shm_name(name, sizeof(name), (uint32_t)getuid(), addr->pid,
+                    addr->instance);
+    fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) {
+        ucs_error("vqp_sw %s: peer device %s not found: %m", dev->name, name);
+        return NULL;
+    }
+    if ((fstat(fd, &st) != 0) || ((size_t)st.st_size < sizeof(vqp_sw_shm_t))) {
+        ucs_error("vqp_sw %s: peer segment %s is too small", dev->name, name);
+        close(fd);
+        return NULL;
+    }
+    shm = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+               0);
+    close(fd);
+    if (shm == MAP_FAILED) {
+        ucs_error("vqp_sw %s: mmap of peer %s failed: %m", dev->name, name);
+        return NULL;
+    }
+    if ((__atomic_load_n(&shm->magic, __ATOMIC_ACQUIRE) != VQP_SW_MAGIC) ||
+        (shm->version != VQP_SW_VERSION) ||
+        (shm->hdr_size != sizeof(vqp_sw_shm_t))) {
+        ucs_error("vqp_sw %s: peer segment %s has another format (version "
+                  "%u, header %u bytes; ours %u, %zu)",
+                  dev->name, name, shm->version, shm->hdr_size, VQP_SW_VERSION,
+                  sizeof(vqp_sw_shm_t));
+        munmap(shm, (size_t)st.st_size);
+        return NULL;
+    }
+    free_slot->pid        = addr->pid;
+    free_slot->instance   = addr->instance;
+    free_slot->start_time = shm->start_time;
+    free_slot->shm        = shm;
+    free_slot->size       = (size_t)st.st_size;
+    free_slot->dead       = false;
+    free_slot->refs       = 1;
+    return free_slot;
+}
+
+void vqp_sw_peer_put(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer)
+{
+    if ((peer == NULL) || (--peer->refs > 0)) {
+        return;
+    }
+    munmap(peer->shm, peer->size);
+    memset(peer, 0, sizeof(*peer));
+}
+
+/* False once the peer instance is closed or its process is gone. */
+bool vqp_sw_peer_check(vqp_sw_peer_t *peer)
+{
+    if (peer->dead) {
+        return false;
+    }
+    if (!__atomic_load_n(&peer->shm->alive, __ATOMIC_ACQUIRE) ||
+        !vqp_sw_pid_alive(peer->pid, peer->start_time)) {
+        peer->dead = true;
+    }
+    return !peer->dead;
+}
+
+unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
+{
+    unsigned i, events = 0;
+    uint64_t now;
+
+    ++dev->shm->progress_calls;
+    /* Peers that died without a word are noticed here (and on ESRCH). */
+    if ((dev->shm->progress_calls & 255) == 0) {
+        now = vqp_sw_now_ns();
+        if (now - dev->last_liveness > 10000000ull) {
+            dev->last_liveness = now;
+            for (i = 0; i < VQP_SW_MAX_PEERS; ++i) {
+                if ((dev->peers[i].shm != NULL) && !dev->peers[i].dead) {
+                    vqp_sw_peer_check(&dev->peers[i]);
+                }
+            }
+        }
+    }
+    events += vqp_sw_resp_progress(dev);
+    for (i = 0; i < dev->n_qps; ++i) {
+        events += vqp_sw_req_progress(dev->qp_list[i]);
+    }
+    for (i = 0; dev->fault.enabled && (i < VQP_SW_MAX_CQ); ++i) {
+        if ((dev->cqs[i] != NULL) && (dev->cqs[i]->n_held > 0)) {
+            vqp_sw_cq_release_held(dev->cqs[i]);
+        }
+    }
+    return events;
+}

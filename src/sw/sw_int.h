@@ -1,0 +1,314 @@
+/*
+ * Software mlx5 device: internal header shared by the device's files.
+ *
+ * Owns the layout of the per-instance shared-memory segment (what peers read
+ * and write) and the private objects behind the opaque handles of vqp_sw.h.
+ * Shared structures hold offsets and fixed-size integers only: a peer maps
+ * the segment at a different address.
+ */
+#ifndef VQP_SW_INT_H_
+#define VQP_SW_INT_H_
+
+#include "vqp_sw.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
+#define VQP_SW_VERSION     1u
+#define VQP_SW_SHM_PREFIX  "vqp_sw-"
+#define VQP_SW_MAX_QP      1024u
+#define VQP_SW_QP_BITS     10u
+#define VQP_SW_MAX_CQ      512u
+#define VQP_SW_MAX_SRQ     64u
+#define VQP_SW_MAX_MR      1024u
+#define VQP_SW_MR_BITS     10u
+#define VQP_SW_INBOUND     4096u         /* responder records, power of two */
+#define VQP_SW_ARENA_SIZE  (256ul << 20) /* sparse in tmpfs */
+#define VQP_SW_PAGE        4096ul
+#define VQP_SW_MAX_PEERS   64u
+#define VQP_SW_BB          64u
+#define VQP_SW_MAX_WQE_BB  16u /* ds is 6 bits: 63 x 16 bytes */
+#define VQP_SW_BF_SIZE     256u
+#define VQP_SW_MAX_SGE     16u
+#define VQP_SW_MAX_INLINE  512u
+#define VQP_SW_MAX_QP_WR   8192u
+#define VQP_SW_MAX_CQE     65536u
+#define VQP_SW_MAX_MSG     (1ul << 31)
+#define VQP_SW_NO_SRQ      UINT32_MAX
+#define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */
+#define VQP_SW_IN_BUDGET   256u /* inbound records per progress call */
+#define VQP_SW_REORDER_MAX 16u
+
+/* Memory region entry, readable by peers. key 0 marks a free slot. A reader
+ * re-reads the key after the fields to detect a concurrent dereg. */
+typedef struct vqp_sw_shm_mr {
+    uint32_t key;
+    uint32_t access;
+    uint64_t addr;
+    uint64_t length;
+} vqp_sw_shm_mr_t;
+
+/* Per-QP state a peer needs. Fields a peer writes are marked. */
+typedef struct vqp_sw_shm_qp {
+    uint32_t qpn;   /* 0 = free slot */
+    uint32_t state; /* enum ibv_qp_state, written under the lock */
+    uint32_t access;
+    uint32_t dest_pid;
+    uint32_t dest_instance;
+    uint32_t dest_qpn;
+    uint32_t srq_index; /* VQP_SW_NO_SRQ: own RQ */
+    uint32_t rq_wqe_cnt;
+    uint32_t rq_stride;
+    uint32_t rq_max_sge;
+    uint64_t rq_off;
+    uint32_t rq_ci;      /* peer writes, under the lock: RQ WQEs consumed */
+    uint32_t remote_err; /* peer writes: responder-side error to enter */
+    /* Counters, owner writes (peers add responder bytes atomically). */
+    uint64_t wqes;
+    uint64_t bytes;
+    uint64_t errors;
+    uint64_t rnr_retries;
+    uint64_t retries;
+    uint64_t flushed;
+    uint64_t recv_msgs;
+} vqp_sw_shm_qp_t;
+
+typedef struct vqp_sw_shm_srq {
+    uint32_t used;
+    uint32_t wqe_cnt;
+    uint32_t stride;
+    uint32_t max_sge;
+    uint32_t hw_head;  /* next WQE index the device takes */
+    uint32_t consumed; /* WQEs taken, compared with the dbrec counter */
+    uint64_t buf_off;
+} vqp_sw_shm_srq_t;
+
+/* Responder completion, published by the requester for the owner. */
+typedef struct vqp_sw_shm_rec {
+    uint32_t qp_index;
+    uint32_t qpn;
+    uint32_t byte_cnt;
+    uint32_t imm; /* raw, as in the WQE */
+    uint32_t src_qpn;
+    uint16_t wqe_counter;
+    uint8_t opcode;   /* MLX5_CQE_RESP_* or MLX5_CQE_RESP_ERR */
+    uint8_t syndrome; /* for MLX5_CQE_RESP_ERR */
+} vqp_sw_shm_rec_t;
+
+typedef struct vqp_sw_shm {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t hdr_size;
+    uint32_t pid;
+    uint32_t uid;
+    uint64_t start_time; /* /proc/<pid>/stat field 22, detects pid reuse */
+    uint32_t instance;
+    uint32_t alive; /* 1 while open; 0 after close */
+    uint64_t seg_size;
+    uint64_t arena_off;
+    /* Guards everything peers mutate: RQ/SRQ consumption, the inbound
+     * ring's producer side, atomics, and the owner's QP state changes. */
+    pthread_mutex_t lock;
+    uint64_t in_head; /* producers, under the lock */
+    uint64_t in_tail; /* owner */
+    uint64_t progress_calls;
+    vqp_sw_shm_rec_t in[VQP_SW_INBOUND];
+    vqp_sw_shm_mr_t mr[VQP_SW_MAX_MR];
+    vqp_sw_shm_qp_t qp[VQP_SW_MAX_QP];
+    vqp_sw_shm_srq_t srq[VQP_SW_MAX_SRQ];
+    /* Doorbell records, contiguous so the engine scans them cheaply. */
+    uint32_t qp_dbrec[VQP_SW_MAX_QP][2];
+    uint32_t cq_dbrec[VQP_SW_MAX_CQ][2];
+    uint32_t srq_dbrec[VQP_SW_MAX_SRQ][2];
+} vqp_sw_shm_t;
+
+/* A mapped peer segment (another process, or another instance here). */
+typedef struct vqp_sw_peer {
+    uint32_t pid;
+    uint32_t instance;
+    uint64_t start_time;
+    vqp_sw_shm_t *shm;
+    size_t size;
+    bool dead;
+    unsigned refs; /* QPs pointing at it */
+} vqp_sw_peer_t;
+
+typedef struct vqp_sw_fault {
+    bool enabled;
+    uint64_t rng;
+    double reorder;
+    double delay_prob;
+    unsigned delay_us;
+    double err_prob;
+    uint8_t err_prob_synd;
+    unsigned n_err;
+    struct {
+        uint32_t qpn;
+        uint16_t wqe;
+        uint8_t synd;
+    } err[8];
+    unsigned n_kill;
+    uint32_t kill[8];
+} vqp_sw_fault_t;
+
+struct vqp_sw_mr {
+    vqp_sw_dev_t *dev;
+    uint32_t index;
+};
+
+struct vqp_sw_cq {
+    vqp_sw_dev_t *dev;
+    uint32_t index;
+    struct mlx5_cqe64 *buf;
+    uint32_t *dbrec;
+    uint32_t cqe_cnt;
+    unsigned log_cnt;
+    uint32_t pi;
+    unsigned refs;
+    bool overflow;
+    size_t pages;
+    uint64_t off;
+    /* CQEs held back by reorder injection, emitted in FIFO order. */
+    unsigned n_held;
+    struct mlx5_cqe64 held[VQP_SW_REORDER_MAX];
+};
+
+struct vqp_sw_srq {
+    vqp_sw_dev_t *dev;
+    uint32_t index;
+    vqp_sw_shm_srq_t *shm;
+    unsigned refs;
+    size_t pages;
+};
+
+typedef enum vqp_sw_stall {
+    VQP_SW_STALL_NONE,
+    VQP_SW_STALL_RNR,   /* no receive WQE at the peer */
+    VQP_SW_STALL_RETRY, /* no response: peer gone or not connected */
+    VQP_SW_STALL_BUSY,  /* peer's inbound ring full: backpressure */
+    VQP_SW_STALL_DELAY  /* injected placement delay */
+} vqp_sw_stall_t;
+
+struct vqp_sw_qp {
+    vqp_sw_dev_t *dev;
+    uint32_t index;
+    uint32_t qpn;
+    vqp_sw_shm_qp_t *shm;
+    uint32_t *dbrec;
+    uint8_t *sq_buf;
+    uint32_t sq_wqe_cnt;
+    uint16_t sq_ci;
+    uint16_t rq_flush_ci; /* RQ WQEs flushed so far in ERROR */
+    vqp_sw_cq_t *send_cq;
+    vqp_sw_cq_t *recv_cq;
+    vqp_sw_srq_t *srq;
+    uint32_t max_inline;
+    vqp_sw_peer_t *peer;
+    uint8_t min_rnr_timer;
+    uint8_t timeout;
+    uint8_t retry_cnt;
+    uint8_t rnr_retry;
+    vqp_sw_stall_t stall;
+    uint64_t stall_until; /* ns, CLOCK_MONOTONIC */
+    unsigned stall_count; /* retries of the head WQE so far */
+    uint32_t delayed_wqe; /* index already delayed, or > 0xffff */
+    size_t sq_pages;
+    size_t rq_pages;
+    void *bf;
+};
+
+struct vqp_sw_dev {
+    vqp_sw_shm_t *shm;
+    size_t seg_size;
+    char name[64];
+    uint32_t instance;
+    uint32_t pid;
+    uint32_t next_gen;
+    vqp_sw_dev_attr_t attr;
+    vqp_sw_qp_t *qps[VQP_SW_MAX_QP];
+    vqp_sw_qp_t *qp_list[VQP_SW_MAX_QP]; /* dense, for progress */
+    unsigned n_qps;
+    vqp_sw_cq_t *cqs[VQP_SW_MAX_CQ];
+    vqp_sw_srq_t *srqs[VQP_SW_MAX_SRQ];
+    vqp_sw_mr_t *mrs[VQP_SW_MAX_MR];
+    uint32_t mr_gen[VQP_SW_MAX_MR];
+    uint32_t qp_gen[VQP_SW_MAX_QP];
+    uint8_t *arena_used; /* one byte per arena page */
+    size_t arena_pages;
+    vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
+    vqp_sw_fault_t fault;
+    uint64_t last_liveness;
+    vqp_sw_dev_t *next; /* process registry */
+};
+
+/* sw_dev.c */
+uint64_t vqp_sw_now_ns(void);
+uint64_t vqp_sw_proc_start_time(uint32_t pid);
+bool vqp_sw_pid_alive(uint32_t pid, uint64_t start_time);
+void vqp_sw_shm_name(char *buf, size_t len, uint32_t uid, uint32_t pid,
+                     uint32_t instance);
+vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev,
+                               const vqp_sw_dev_addr_t *addr);
+void vqp_sw_peer_put(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer);
+bool vqp_sw_peer_check(vqp_sw_peer_t *peer);
+void vqp_sw_lock(vqp_sw_shm_t *shm);
+void vqp_sw_unlock(vqp_sw_shm_t *shm);
+void *vqp_sw_arena_alloc(vqp_sw_dev_t *dev, size_t size, size_t *pages_p,
+                         uint64_t *off_p);
+void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages);
+/* Move data between this process and process @a pid (memcpy when it is us).
+ * Returns 0, or an errno (ESRCH: gone, EFAULT: bad remote address). */
+int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
+                unsigned n_local, const struct iovec *remote,
+                unsigned n_remote);
+
+/* sw_mr.c */
+/* Resolves [addr, addr+len) under @a key in @a shm's MR table with @a
+ * access rights; 0 on success, or the failing rule for the log. */
+const char *vqp_sw_mr_check(const vqp_sw_shm_t *shm, uint32_t key,
+                            uint64_t addr, uint64_t len, unsigned access);
+
+/* sw_queue.c */
+const char *vqp_sw_state_str(enum ibv_qp_state state);
+void vqp_sw_qp_set_error(vqp_sw_qp_t *qp);
+
+/* sw_comp.c */
+void vqp_sw_cqe_req(vqp_sw_qp_t *qp, uint16_t wqe_counter, uint8_t opcode,
+                    uint32_t byte_cnt);
+void vqp_sw_cqe_err(vqp_sw_qp_t *qp, vqp_sw_cq_t *cq, bool responder,
+                    uint16_t wqe_counter, uint8_t opcode, uint8_t syndrome);
+void vqp_sw_cqe_resp(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec);
+void vqp_sw_cq_release_held(vqp_sw_cq_t *cq);
+unsigned vqp_sw_flush_qp(vqp_sw_qp_t *qp);
+
+/* sw_req.c */
+unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp);
+
+/* sw_resp.c */
+unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev);
+typedef enum vqp_sw_resp_status {
+    VQP_SW_RESP_OK,
+    VQP_SW_RESP_RNR,
+    VQP_SW_RESP_NO_ACK,   /* peer QP absent/not connected: retry */
+    VQP_SW_RESP_BUSY,     /* inbound ring full */
+    VQP_SW_RESP_LOC_PROT, /* our gather list invalid */
+    VQP_SW_RESP_REM_ACCESS,
+    VQP_SW_RESP_REM_INVAL, /* receive too small */
+    VQP_SW_RESP_REM_OP     /* receiver's scatter list invalid */
+} vqp_sw_resp_status_t;
+vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
+                                         uint32_t imm, const struct iovec *iov,
+                                         unsigned n_iov, uint64_t len,
+                                         uint64_t raddr, uint32_t rkey);
+vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp);
+
+/* sw_fault.c */
+ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault);
+double vqp_sw_fault_rand(vqp_sw_fault_t *fault);
+uint8_t vqp_sw_fault_wqe(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp, uint16_t wqe);
+bool vqp_sw_fault_killed(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp);
+
+#endif

@@ -1,0 +1,566 @@
+/*
+ * Software mlx5 device: the requester. Walks a QP's send queue from its
+ * doorbell record, checks each WQE against the mlx5 contract, executes it
+ * (one-sided operations directly into the peer process, two-sided ones via
+ * sw_resp.c), handles RNR and transport retries, and writes requester CQEs.
+ */
+#include <config.h>
+
+#include "sw_int.h"
+
+#include <ucs/debug/log.h>
+
+#include <errno.h>
+#include <string.h>
+
+/* IB min_rnr_timer encoding, in microseconds (IBA table 45). */
+static const uint32_t vqp_sw_rnr_us[32] = {
+    655360, 10,    20,    30,     40,     60,     80,     120,
+    160,    240,   320,   480,    640,    960,    1280,   1920,
+    2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+    40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+typedef enum vqp_sw_req_result {
+    VQP_SW_REQ_DONE,
+    VQP_SW_REQ_STALL, /* qp->stall says why; retry the same WQE later */
+    VQP_SW_REQ_ERROR  /* error CQE written, QP moved to ERR */
+} vqp_sw_req_result_t;
+
+/* A parsed WQE: segments after ctrl/raddr/atomic as local iovecs. */
+typedef struct vqp_sw_wqe {
+    const uint8_t *base;
+    uint8_t opcode;
+    uint8_t fm_ce_se;
+    unsigned ds;
+    unsigned nbb;
+    uint32_t imm;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint64_t swap_add;
+    uint64_t compare;
+    unsigned n_iov;
+    uint64_t len;
+    struct iovec iov[VQP_SW_MAX_SGE];
+    uint32_t lkey[VQP_SW_MAX_SGE];
+    bool is_inline;
+} vqp_sw_wqe_t;
+
+static vqp_sw_req_result_t
+vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w, uint8_t syndrome)
+{
+    vqp_sw_cqe_err(qp, qp->send_cq, false, qp->sq_ci, w->opcode, syndrome);
+    qp->sq_ci += w->nbb ? w->nbb : 1;
+    qp->stall       = VQP_SW_STALL_NONE;
+    qp->stall_count = 0;
+    vqp_sw_qp_set_error(qp);
+    return VQP_SW_REQ_ERROR;
+}
+
+/* A violated rule of the WQE contract: named in the log, then a local QP
+ * operation error (or the given syndrome), as a ConnectX reports it. */
+#define vqp_sw_req_violation(_qp, _w, _synd, _fmt, ...)                 \
+    ({                                                                  \
+        ucs_error("vqp_sw %s: QP 0x%x WQE %u: " _fmt, (_qp)->dev->name, \
+                  (_qp)->qpn, (_qp)->sq_ci, ##__VA_ARGS__);             \
+        vqp_sw_req_fail(_qp, _w, _synd);                                \
+    })
+
+static bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
+                              const char **why)
+{
+    const uint8_t *seg;
+    uint32_t bc, len;
+    unsigned i, pos;
+
+    w->n_iov     = 0;
+    w->len       = 0;
+    w->is_inline = false;
+    if (first > w->ds) {
+        *why = "ds too small for the opcode's segments";
+        return false;
+    }
+    if (first == w->ds) {
+        return true;
+    }
+    seg = w->base + first * 16;
+    bc  = be32toh(*(const uint32_t *)seg);
+    if (bc & MLX5_INLINE_SEG) {
+        len = bc & ~MLX5_INLINE_SEG;
+        if (len > qp->max_inline) {
+            *why = "inline data larger than the QP's max_inline";
+            return false;
+        }
+        if ((first + (4 + len + 15) / 16) != w->ds) {
+            *why = "ds does not match the inline segment's length";
+            return false;
+        }
+        w->is_inline       = true;
+        w->iov[0].iov_base = (void *)(seg + 4);
+        w->iov[0].iov_len  = len;
+        w->n_iov           = (len > 0);
+        w->len             = len;
+        return true;
+    }
+    if (w->ds - first > VQP_SW_MAX_SGE) {
+        *why = "more data segments than max_sge";
+        return false;
+    }
+    for (i = 0, pos = first; pos < w->ds; ++pos, ++i) {
+        const struct mlx5_wqe_data_seg *d = (const void *)(w->base + pos * 16);
+
+        bc = be32toh(d->byte_count);
+        if (bc & MLX5_INLINE_SEG) {
+            *why = "inline segment after a data segment";
+            return false;
+        }
+        /* byte_count 0 stands for 2 GiB in a data segment. */
+        w->iov[i].iov_len  = bc ? bc : 0x80000000u;
+        w->iov[i].iov_base = (void *)(uintptr_t)be64toh(d->addr);
+        w->lkey[i]         = be32toh(d->lkey);
+        w->len += w->iov[i].iov_len;
+    }
+    w->n_iov = i;
+    return true;
+}
+
+/* Local gather/scatter list against our own MR table. */
+static const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp,
+                                          const vqp_sw_wqe_t *w,
+                                          unsigned access, unsigned *bad)
+{
+    const char *why;
+    unsigned i;
+
+    if (w->is_inline) {
+        return NULL;
+    }
+    for (i = 0; i < w->n_iov; ++i) {
+        why = vqp_sw_mr_check(qp->dev->shm, w->lkey[i],
+                              (uintptr_t)w->iov[i].iov_base, w->iov[i].iov_len,
+                              access);
+        if (why != NULL) {
+            *bad = i;
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* rkey + bounds + rights at the target, and the target QP's own rights.
+ * On failure the target QP is told to enter ERROR, as a ConnectX responder
+ * does on an access violation. */
+static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                  uint64_t raddr, uint32_t rkey, uint64_t len,
+                                  unsigned access)
+{
+    const char *why = NULL;
+
+    if ((tqp->access & access) != access) {
+        why = "target QP lacks the remote access right";
+    } else {
+        why = vqp_sw_mr_check(qp->peer->shm, rkey, raddr, len, access);
+    }
+    if (why == NULL) {
+        return true;
+    }
+    ucs_error("vqp_sw %s: QP 0x%x WQE %u: remote access 0x%lx+%lu rkey 0x%x "
+              "refused: %s",
+              qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
+    __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+                     __ATOMIC_RELEASE);
+    return false;
+}
+
+static vqp_sw_req_result_t
+vqp_sw_req_stall(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w, vqp_sw_stall_t why)
+{
+    uint64_t wait_ns;
+
+    if (why == VQP_SW_STALL_BUSY) {
+        /* Backpressure is not a protocol retry: try on the next call. */
+        qp->stall       = why;
+        qp->stall_until = 0;
+        return VQP_SW_REQ_STALL;
+    }
+    if (why == VQP_SW_STALL_RNR) {
+        if ((qp->rnr_retry != 7) && (qp->stall_count >= qp->rnr_retry)) {
+            ucs_debug("vqp_sw %s: QP 0x%x WQE %u: RNR retries (%u) exhausted",
+                      qp->dev->name, qp->qpn, qp->sq_ci, qp->rnr_retry);
+            return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+        }
+        ++qp->shm->rnr_retries;
+        wait_ns = (uint64_t)vqp_sw_rnr_us[qp->min_rnr_timer] * 1000;
+    } else {
+        if (qp->stall_count >= qp->retry_cnt) {
+            ucs_debug("vqp_sw %s: QP 0x%x WQE %u: no response after %u "
+                      "retries (peer %u:%u %s)",
+                      qp->dev->name, qp->qpn, qp->sq_ci, qp->retry_cnt,
+                      qp->shm->dest_pid, qp->shm->dest_instance,
+                      qp->peer->dead ? "dead" : "not connected");
+            return vqp_sw_req_fail(qp, w,
+                                   MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        }
+        ++qp->shm->retries;
+        /* 4.096 us * 2^timeout; 0 (infinite on IB) is taken as the shortest
+         * interval so that a dead peer always ends in an error. */
+        wait_ns = 4096ull << qp->timeout;
+        vqp_sw_peer_check(qp->peer);
+    }
+    ++qp->stall_count;
+    qp->stall       = why;
+    qp->stall_until = vqp_sw_now_ns() + wait_ns;
+    return VQP_SW_REQ_STALL;
+}
+
+static vqp_sw_req_result_t vqp_sw_req_xfer_err(vqp_sw_qp_t *qp,
+                                               const vqp_sw_wqe_t *w, int err)
+{
+    if (err == ESRCH) {
+        qp->peer->dead = true;
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
+    ucs_error("vqp_sw %s: QP 0x%x WQE %u: data movement with pid %u failed: "
+              "%s (registered memory not mapped?)",
+              qp->dev->name, qp->qpn, qp->sq_ci, qp->peer->pid, strerror(err));
+    return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+}
+
+static vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
+{
+    bool is_read   = (w->opcode == MLX5_OPCODE_RDMA_READ);
+    unsigned right = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
+    struct iovec riov;
+    int err;
+
+    if (tqp == NULL) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
+    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, w->len, right)) {
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    }
+    riov.iov_base = (void *)(uintptr_t)w->raddr;
+    riov.iov_len  = w->len;
+    err = vqp_sw_xfer(qp->peer->pid, !is_read, w->iov, w->n_iov, &riov, 1);
+    if (err != 0) {
+        return vqp_sw_req_xfer_err(qp, w, err);
+    }
+    return VQP_SW_REQ_DONE;
+}
+
+static vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
+{
+    vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
+    uint64_t old, val, result;
+    struct iovec liov, riov;
+    int err;
+
+    if (tqp == NULL) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
+    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, 8,
+                               IBV_ACCESS_REMOTE_ATOMIC)) {
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    }
+    liov.iov_base = &old;
+    liov.iov_len  = sizeof(old);
+    riov.iov_base = (void *)(uintptr_t)w->raddr;
+    riov.iov_len  = sizeof(old);
+    /* Atomic among all device atomics on the target: its lock serialises
+     * the read-modify-write. Remote memory holds host byte order. */
+    vqp_sw_lock(qp->peer->shm);
+    err = vqp_sw_xfer(qp->peer->pid, false, &liov, 1, &riov, 1);
+    if (err == 0) {
+        if (w->opcode == MLX5_OPCODE_ATOMIC_FA) {
+            val = old + w->swap_add;
+        } else {
+            val = (old == w->compare) ? w->swap_add : old;
+        }
+        liov.iov_base = &val;
+        err           = (val == old)
+                            ? 0
+                            : vqp_sw_xfer(qp->peer->pid, true, &liov, 1, &riov, 1);
+    }
+    vqp_sw_unlock(qp->peer->shm);
+    if (err != 0) {
+        return vqp_sw_req_xfer_err(qp, w, err);
+    }
+    /* The original value lands big-endian, as the HCA returns it. */
+    result = htobe64(old);
+    memcpy(w->iov[0].iov_base, &result, sizeof(result));
+    return VQP_SW_REQ_DONE;
+}
+
+static vqp_sw_req_result_t vqp_sw_req_two_sided(vqp_sw_qp_t *qp,
+                                                vqp_sw_wqe_t *w)
+{
+    switch (vqp_sw_resp_deliver(qp, w->opcode, w->imm, w->iov, w->n_iov, w->len,
+                                w->raddr, w->rkey)) {
+    case VQP_SW_RESP_OK:
+        return VQP_SW_REQ_DONE;
+    case VQP_SW_RESP_RNR:
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RNR);
+    case VQP_SW_RESP_NO_ACK:
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    case VQP_SW_RESP_BUSY:
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
+    case VQP_SW_RESP_LOC_PROT:
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+    case VQP_SW_RESP_REM_ACCESS:
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    case VQP_SW_RESP_REM_INVAL:
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+    default:
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
+    }
+}
+
+/* Parse and check the WQE at sq_ci, then execute it. */
+static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
+                                          uint8_t *copy)
+{
+    const uint32_t mask = qp->sq_wqe_cnt - 1;
+    const struct mlx5_wqe_ctrl_seg *ctrl;
+    const struct mlx5_wqe_raddr_seg *rseg;
+    const struct mlx5_wqe_atomic_seg *aseg;
+    uint32_t opmod_idx_opcode, qpn_ds, idx, first_bb, local_access = 0;
+    vqp_sw_req_result_t res;
+    vqp_sw_wqe_t w;
+    const char *why = NULL;
+    unsigned bad    = 0, i;
+    uint8_t synd;
+
+    first_bb = qp->sq_ci & mask;
+    ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
+    opmod_idx_opcode = be32toh(ctrl->opmod_idx_opcode);
+    qpn_ds           = be32toh(ctrl->qpn_ds);
+    w.opcode         = opmod_idx_opcode & 0xff;
+    w.fm_ce_se       = ctrl->fm_ce_se;
+    w.imm            = ctrl->imm;
+    w.ds             = qpn_ds & 0x3f;
+    w.nbb            = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
+    w.base           = (const uint8_t *)ctrl;
+    idx              = (opmod_idx_opcode >> 8) & 0xffff;
+    if (w.ds == 0) {
+        w.nbb = 1;
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                                    "ds is 0 (the ctrl segment counts)");
+    }
+    if (idx != qp->sq_ci) {
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                                    "wqe index %u in opmod_idx_opcode != "
+                                    "producer index %u",
+                                    idx, qp->sq_ci);
+    }
+    if ((qpn_ds >> 8) != qp->qpn) {
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                                    "qpn 0x%x in ctrl != QPN 0x%x", qpn_ds >> 8,
+                                    qp->qpn);
+    }
+    if ((w.nbb > qp->sq_wqe_cnt) || (w.nbb > (uint16_t)(pi - qp->sq_ci))) {
+        w.nbb = (uint16_t)(pi - qp->sq_ci);
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                                    "ds %u (%u BBs) exceeds the posted WQE "
+                                    "space (%u BBs)",
+                                    w.ds, (w.ds * 16 + 63) / 64,
+                                    (uint16_t)(pi - qp->sq_ci));
+    }
+    if (first_bb + w.nbb > qp->sq_wqe_cnt) {
+        /* Wraps around the end of the ring: parse a linear copy. */
+        i = qp->sq_wqe_cnt - first_bb;
+        memcpy(copy, w.base, (size_t)i * VQP_SW_BB);
+        memcpy(copy + (size_t)i * VQP_SW_BB, qp->sq_buf,
+               (size_t)(w.nbb - i) * VQP_SW_BB);
+        w.base = copy;
+    }
+    rseg = (const void *)(w.base + 16);
+    aseg = (const void *)(w.base + 32);
+    switch (w.opcode) {
+    case MLX5_OPCODE_NOP:
+        w.n_iov = 0;
+        w.len   = 0;
+        break;
+    case MLX5_OPCODE_SEND:
+    case MLX5_OPCODE_SEND_IMM:
+        vqp_sw_req_layout(qp, &w, 1, &why);
+        break;
+    case MLX5_OPCODE_RDMA_WRITE:
+    case MLX5_OPCODE_RDMA_WRITE_IMM:
+    case MLX5_OPCODE_RDMA_READ:
+        if (vqp_sw_req_layout(qp, &w, 2, &why) &&
+            (w.opcode == MLX5_OPCODE_RDMA_READ)) {
+            local_access = IBV_ACCESS_LOCAL_WRITE;
+            if (w.is_inline) {
+                why = "RDMA_READ with an inline segment";
+            }
+        }
+        break;
+    case MLX5_OPCODE_ATOMIC_CS:
+    case MLX5_OPCODE_ATOMIC_FA:
+        local_access = IBV_ACCESS_LOCAL_WRITE;
+        if (w.ds != 4) {
+            why = "atomic WQE needs ds 4 (ctrl, raddr, atomic, data)";
+        } else if (vqp_sw_req_layout(qp, &w, 3, &why) &&
+                   (w.is_inline || (w.n_iov != 1) || (w.len != 8))) {
+            why = "atomic result segment must be one 8-byte data segment";
+        }
+        break;
+    default:
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                                    "unsupported opcode 0x%x", w.opcode);
+    }
+    if (why != NULL) {
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                                    "opcode 0x%x ds %u: %s", w.opcode, w.ds,
+                                    why);
+    }
+    if (w.opcode != MLX5_OPCODE_NOP && w.opcode != MLX5_OPCODE_SEND &&
+        w.opcode != MLX5_OPCODE_SEND_IMM) {
+        w.raddr = be64toh(rseg->raddr);
+        w.rkey  = be32toh(rseg->rkey);
+    } else {
+        w.raddr = 0;
+        w.rkey  = 0;
+    }
+    if ((w.opcode == MLX5_OPCODE_ATOMIC_CS) ||
+        (w.opcode == MLX5_OPCODE_ATOMIC_FA)) {
+        w.swap_add = be64toh(aseg->swap_add);
+        w.compare  = be64toh(aseg->compare);
+        if (w.raddr & 7) {
+            return vqp_sw_req_violation(
+                qp, &w, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+                "atomic remote address 0x%lx not 8-byte aligned", w.raddr);
+        }
+    }
+    if (w.len > VQP_SW_MAX_MSG) {
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
+                                    "message of %lu bytes exceeds max_msg_sz",
+                                    w.len);
+    }
+    why = vqp_sw_req_check_lkeys(qp, &w, local_access, &bad);
+    if (why != NULL) {
+        return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+                                    "local segment %u lkey 0x%x %p+%zu: %s",
+                                    bad, w.lkey[bad], w.iov[bad].iov_base,
+                                    w.iov[bad].iov_len, why);
+    }
+    synd = vqp_sw_fault_wqe(qp->dev, qp, qp->sq_ci);
+    if (synd != 0) {
+        ucs_debug("vqp_sw %s: QP 0x%x WQE %u: injected syndrome 0x%x",
+                  qp->dev->name, qp->qpn, qp->sq_ci, synd);
+        return vqp_sw_req_fail(qp, &w, synd);
+    }
+    if ((qp->dev->fault.delay_us > 0) && (qp->delayed_wqe != qp->sq_ci) &&
+        (vqp_sw_fault_rand(&qp->dev->fault) < qp->dev->fault.delay_prob)) {
+        qp->delayed_wqe = qp->sq_ci;
+        qp->stall       = VQP_SW_STALL_DELAY;
+        qp->stall_until = vqp_sw_now_ns() + qp->dev->fault.delay_us * 1000ull;
+        return VQP_SW_REQ_STALL;
+    }
+    /* Fence: earlier RDMA_READ/atomics of this QP must have completed.
+     * They complete synchronously here, so the rule holds at this point. */
+    switch (w.opcode) {
+    case MLX5_OPCODE_NOP:
+        res = VQP_SW_REQ_DONE;
+        break;
+    case MLX5_OPCODE_RDMA_WRITE:
+    case MLX5_OPCODE_RDMA_READ:
+        res = vqp_sw_req_rdma(qp, &w);
+        break;
+    case MLX5_OPCODE_ATOMIC_CS:
+    case MLX5_OPCODE_ATOMIC_FA:
+        res = vqp_sw_req_atomic(qp, &w);
+        break;
+    default:
+        res = vqp_sw_req_two_sided(qp, &w);
+        break;
+    }
+    if (res != VQP_SW_REQ_DONE) {
+        return res;
+    }
+    if (w.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) {
+        vqp_sw_cqe_req(qp, qp->sq_ci, w.opcode, (uint32_t)w.len);
+    }
+    ++qp->shm->wqes;
+    qp->shm->bytes += w.len;
+    qp->sq_ci += w.nbb;
+    qp->stall       = VQP_SW_STALL_NONE;
+    qp->stall_count = 0;
+    return VQP_SW_REQ_DONE;
+}
+
+unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
+{
+    uint8_t copy[VQP_SW_MAX_WQE_BB * VQP_SW_BB];
+    enum ibv_qp_state state;
+    const uint8_t *head;
+    vqp_sw_wqe_t w;
+    unsigned n = 0;
+    uint32_t rerr;
+    uint16_t pi;
+
+    rerr = __atomic_exchange_n(&qp->shm->remote_err, 0, __ATOMIC_ACQ_REL);
+    if (rerr != 0) {
+        ucs_debug("vqp_sw %s: QP 0x%x: responder error 0x%x -> ERR",
+                  qp->dev->name, qp->qpn, rerr);
+        vqp_sw_qp_set_error(qp);
+    }
+    state = (enum ibv_qp_state)qp->shm->state;
+    if (state == IBV_QPS_ERR) {
+        return vqp_sw_flush_qp(qp);
+    }
+    pi = (uint16_t)be32toh(
+        __atomic_load_n(&qp->dbrec[MLX5_SND_DBR], __ATOMIC_ACQUIRE));
+    if (pi == qp->sq_ci) {
+        return 0;
+    }
+    head = qp->sq_buf + (size_t)(qp->sq_ci & (qp->sq_wqe_cnt - 1)) * VQP_SW_BB;
+    w.opcode = head[3];
+    w.nbb    = ((head[7] & 0x3f) * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
+    if ((w.nbb == 0) || (w.nbb > (uint16_t)(pi - qp->sq_ci))) {
+        w.nbb = 1;
+    }
+    if (state != IBV_QPS_RTS) {
+        /* The QP would ignore a reset doorbell; anything else is a bug. */
+        if (state == IBV_QPS_RESET) {
+            ucs_error("vqp_sw %s: QP 0x%x: SQ doorbell %u rung in state "
+                      "RESET (SQ requires RTS)",
+                      qp->dev->name, qp->qpn, pi);
+            qp->sq_ci = pi;
+            return 0;
+        }
+        vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                             "posted to the SQ in state %s (SQ requires RTS)",
+                             vqp_sw_state_str(state));
+        return 1 + vqp_sw_flush_qp(qp);
+    }
+    if (vqp_sw_fault_killed(qp->dev, qp)) {
+        ucs_debug("vqp_sw %s: QP 0x%x killed by fault injection", qp->dev->name,
+                  qp->qpn);
+        vqp_sw_req_fail(qp, &w, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        return 1 + vqp_sw_flush_qp(qp);
+    }
+    if ((uint16_t)(pi - qp->sq_ci) > qp->sq_wqe_cnt) {
+        vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                             "SQ overflow: producer %u is %u BBs ahead of "
+                             "consumer (ring of %u)",
+                             pi, (uint16_t)(pi - qp->sq_ci), qp->sq_wqe_cnt);
+        return 1 + vqp_sw_flush_qp(qp);
+    }
+    if ((qp->stall != VQP_SW_STALL_NONE) && (qp->stall_until != 0) &&
+        (vqp_sw_now_ns() < qp->stall_until)) {
+        return 0;
+    }
+    while ((qp->sq_ci != pi) && (n < VQP_SW_WQE_BUDGET)) {
+        switch (vqp_sw_req_one(qp, pi, copy)) {
+        case VQP_SW_REQ_DONE:
+            ++n;
+            break;
+        case VQP_SW_REQ_STALL:
+            return n;
+        default:
+            return n + 1 + vqp_sw_flush_qp(qp);
+        }
+    }
+    return n;
+}

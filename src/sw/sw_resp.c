@@ -1,0 +1,299 @@
+/*
+ * Software mlx5 device: the responder. A requester delivering SEND,
+ * SEND_IMM or RDMA_WRITE_IMM takes the target QP's RQ/SRQ WQE itself,
+ * places the data, and publishes a completion record into the target
+ * device's inbound ring; the target's own engine turns records into its
+ * responder CQEs, so only the owner ever writes a CQ.
+ */
+#include <config.h>
+
+#include "sw_int.h"
+
+#include <ucs/debug/log.h>
+
+#include <errno.h>
+#include <string.h>
+
+/* The target QP if it is alive and connected back to @a qp, else NULL (a
+ * real responder would drop the packets: the requester times out). */
+vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp)
+{
+    vqp_sw_shm_qp_t *tqp;
+    uint32_t dest_qpn = qp->shm->dest_qpn, state;
+
+    if ((qp->peer == NULL) || qp->peer->dead ||
+        !__atomic_load_n(&qp->peer->shm->alive, __ATOMIC_ACQUIRE)) {
+        return NULL;
+    }
+    tqp   = &qp->peer->shm->qp[dest_qpn & (VQP_SW_MAX_QP - 1)];
+    state = __atomic_load_n(&tqp->state, __ATOMIC_ACQUIRE);
+    if ((tqp->qpn != dest_qpn) ||
+        ((state != IBV_QPS_RTR) && (state != IBV_QPS_RTS)) ||
+        (tqp->dest_pid != qp->dev->pid) ||
+        (tqp->dest_instance != qp->dev->instance) ||
+        (tqp->dest_qpn != qp->qpn)) {
+        return NULL;
+    }
+    return tqp;
+}
+
+/* The next receive WQE of @a tqp: its scatter list and wqe_counter. */
+static vqp_sw_resp_status_t
+vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                     const struct mlx5_wqe_data_seg **segs, unsigned *n_segs,
+                     uint16_t *wqe_counter)
+{
+    vqp_sw_shm_t *pshm = qp->peer->shm;
+    unsigned tidx      = tqp->qpn & (VQP_SW_MAX_QP - 1);
+    vqp_sw_shm_srq_t *srq;
+    uint16_t pi, avail;
+    uint8_t *wqe;
+
+    if (tqp->srq_index == VQP_SW_NO_SRQ) {
+        if (tqp->rq_wqe_cnt == 0) {
+            return VQP_SW_RESP_RNR;
+        }
+        pi    = (uint16_t)be32toh(__atomic_load_n(
+               &pshm->qp_dbrec[tidx][MLX5_RCV_DBR], __ATOMIC_ACQUIRE));
+        avail = (uint16_t)(pi - tqp->rq_ci);
+        if (avail > tqp->rq_wqe_cnt) {
+            ucs_error("vqp_sw %s: peer QP 0x%x: RQ overflow: producer %u is "
+                      "%u ahead of consumer (ring of %u)",
+                      qp->dev->name, tqp->qpn, pi, avail, tqp->rq_wqe_cnt);
+            __atomic_store_n(&tqp->remote_err,
+                             MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                             __ATOMIC_RELEASE);
+            return VQP_SW_RESP_REM_OP;
+        }
+        if (avail == 0) {
+            return VQP_SW_RESP_RNR;
+        }
+        wqe = (uint8_t *)pshm + tqp->rq_off +
+              (size_t)(tqp->rq_ci & (tqp->rq_wqe_cnt - 1)) * tqp->rq_stride;
+        *segs        = (const void *)wqe;
+        *n_segs      = tqp->rq_max_sge;
+        *wqe_counter = (uint16_t)tqp->rq_ci;
+        return VQP_SW_RESP_OK;
+    }
+    srq = &pshm->srq[tqp->srq_index];
+    pi  = (uint16_t)be32toh(
+         __atomic_load_n(&pshm->srq_dbrec[tqp->srq_index][0], __ATOMIC_ACQUIRE));
+    avail = (uint16_t)(pi - srq->consumed);
+    if (avail >= srq->wqe_cnt) {
+        if (avail == 0) {
+            return VQP_SW_RESP_RNR;
+        }
+        ucs_error("vqp_sw %s: peer SRQ %u: overflow: counter %u is %u ahead "
+                  "(%u usable entries)",
+                  qp->dev->name, tqp->srq_index, pi, avail, srq->wqe_cnt - 1);
+        __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                         __ATOMIC_RELEASE);
+        return VQP_SW_RESP_REM_OP;
+    }
+    if (avail == 0) {
+        return VQP_SW_RESP_RNR;
+    }
+    wqe   = (uint8_t *)pshm + srq->buf_off + (size_t)srq->hw_head * srq->stride;
+    *segs = (const void *)(wqe + sizeof(struct mlx5_wqe_srq_next_seg));
+    *n_segs      = srq->max_sge;
+    *wqe_counter = (uint16_t)srq->hw_head;
+    return VQP_SW_RESP_OK;
+}
+
+static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                uint16_t wqe_counter)
+{
+    vqp_sw_shm_srq_t *srq;
+    const struct mlx5_wqe_srq_next_seg *next;
+
+    if (tqp->srq_index == VQP_SW_NO_SRQ) {
+        ++tqp->rq_ci;
+        return;
+    }
+    srq          = &qp->peer->shm->srq[tqp->srq_index];
+    next         = (const void *)((uint8_t *)qp->peer->shm + srq->buf_off +
+                          (size_t)wqe_counter * srq->stride);
+    srq->hw_head = be16toh(next->next_wqe_index) & (srq->wqe_cnt - 1);
+    ++srq->consumed;
+}
+
+static void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                uint8_t opcode, uint8_t syndrome,
+                                uint16_t wqe_counter, uint32_t byte_cnt,
+                                uint32_t imm)
+{
+    vqp_sw_shm_t *pshm    = qp->peer->shm;
+    vqp_sw_shm_rec_t *rec = &pshm->in[pshm->in_head & (VQP_SW_INBOUND - 1)];
+
+    rec->qp_index    = tqp->qpn & (VQP_SW_MAX_QP - 1);
+    rec->qpn         = tqp->qpn;
+    rec->byte_cnt    = byte_cnt;
+    rec->imm         = imm;
+    rec->src_qpn     = qp->qpn;
+    rec->wqe_counter = wqe_counter;
+    rec->opcode      = opcode;
+    rec->syndrome    = syndrome;
+    /* The record (and the data placed before it) before the new head. */
+    __atomic_store_n(&pshm->in_head, pshm->in_head + 1, __ATOMIC_RELEASE);
+}
+
+vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
+                                         uint32_t imm, const struct iovec *iov,
+                                         unsigned n_iov, uint64_t len,
+                                         uint64_t raddr, uint32_t rkey)
+{
+    vqp_sw_shm_t *pshm;
+    vqp_sw_shm_qp_t *tqp;
+    const struct mlx5_wqe_data_seg *segs = NULL;
+    struct iovec riov[VQP_SW_MAX_SGE];
+    vqp_sw_resp_status_t status;
+    unsigned n_segs = 0, nr = 0, i;
+    uint64_t cap         = 0, left;
+    uint16_t wqe_counter = 0;
+    uint8_t cqe_op, rsynd = 0;
+    const char *why = NULL;
+    uint32_t bc, lkey;
+    int err;
+
+    if ((qp->peer == NULL) || qp->peer->dead) {
+        return VQP_SW_RESP_NO_ACK;
+    }
+    pshm = qp->peer->shm;
+    /* One lock per target: RQ/SRQ consumption and ring reservation are
+     * atomic with respect to other requesters and the owner's state. */
+    vqp_sw_lock(pshm);
+    tqp = vqp_sw_peer_qp(qp);
+    if (tqp == NULL) {
+        status = VQP_SW_RESP_NO_ACK;
+        goto out;
+    }
+    if (pshm->in_head - __atomic_load_n(&pshm->in_tail, __ATOMIC_ACQUIRE) >=
+        VQP_SW_INBOUND) {
+        status = VQP_SW_RESP_BUSY;
+        goto out;
+    }
+    status = vqp_sw_resp_take_wqe(qp, tqp, &segs, &n_segs, &wqe_counter);
+    if (status != VQP_SW_RESP_OK) {
+        goto out;
+    }
+    if (opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
+        cqe_op = MLX5_CQE_RESP_WR_IMM;
+        if ((tqp->access & IBV_ACCESS_REMOTE_WRITE) == 0) {
+            why = "target QP lacks REMOTE_WRITE";
+        } else {
+            why = vqp_sw_mr_check(pshm, rkey, raddr, len,
+                                  IBV_ACCESS_REMOTE_WRITE);
+        }
+        if (why != NULL) {
+            ucs_error("vqp_sw %s: QP 0x%x WQE %u: WRITE_IMM to 0x%lx+%lu rkey "
+                      "0x%x refused: %s",
+                      qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
+            __atomic_store_n(&tqp->remote_err,
+                             MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+                             __ATOMIC_RELEASE);
+            status = VQP_SW_RESP_REM_ACCESS;
+            goto out;
+        }
+        riov[0].iov_base = (void *)(uintptr_t)raddr;
+        riov[0].iov_len  = len;
+        nr               = 1;
+    } else {
+        cqe_op = (opcode == MLX5_OPCODE_SEND_IMM) ? MLX5_CQE_RESP_SEND_IMM
+                                                  : MLX5_CQE_RESP_SEND;
+        /* Scatter list up to MLX5_INVALID_LKEY or max_sge entries. */
+        left = len;
+        for (i = 0; i < n_segs; ++i) {
+            lkey = be32toh(segs[i].lkey);
+            if (lkey == MLX5_INVALID_LKEY) {
+                break;
+            }
+            bc               = be32toh(segs[i].byte_count);
+            riov[i].iov_base = (void *)(uintptr_t)be64toh(segs[i].addr);
+            riov[i].iov_len  = bc ? bc : 0x80000000u;
+            why = vqp_sw_mr_check(pshm, lkey, be64toh(segs[i].addr),
+                                  riov[i].iov_len, IBV_ACCESS_LOCAL_WRITE);
+            if (why != NULL) {
+                ucs_error("vqp_sw %s: QP 0x%x WQE %u: receive WQE %u of peer "
+                          "QP 0x%x, segment %u lkey 0x%x: %s",
+                          qp->dev->name, qp->qpn, qp->sq_ci, wqe_counter,
+                          tqp->qpn, i, lkey, why);
+                rsynd  = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+                status = VQP_SW_RESP_REM_OP;
+                break;
+            }
+            cap += riov[i].iov_len;
+            if (left > 0) {
+                if (riov[i].iov_len > left) {
+                    riov[i].iov_len = left;
+                }
+                left -= riov[i].iov_len;
+                nr = i + 1;
+            }
+        }
+        if ((rsynd == 0) && (cap < len)) {
+            ucs_error("vqp_sw %s: QP 0x%x WQE %u: %lu-byte message does not "
+                      "fit receive WQE %u (%lu bytes) of peer QP 0x%x",
+                      qp->dev->name, qp->qpn, qp->sq_ci, len, wqe_counter, cap,
+                      tqp->qpn);
+            rsynd  = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+            status = VQP_SW_RESP_REM_INVAL;
+        }
+        if (rsynd != 0) {
+            /* The receiver completes this WQE in error and enters ERROR. */
+            vqp_sw_resp_consume(qp, tqp, wqe_counter);
+            vqp_sw_resp_publish(qp, tqp, MLX5_CQE_RESP_ERR, rsynd, wqe_counter,
+                                0, 0);
+            goto out;
+        }
+    }
+    err = vqp_sw_xfer(qp->peer->pid, true, iov, n_iov, riov, nr);
+    if (err == ESRCH) {
+        qp->peer->dead = true;
+        status         = VQP_SW_RESP_NO_ACK;
+        goto out;
+    } else if (err != 0) {
+        ucs_error("vqp_sw %s: QP 0x%x WQE %u: placing %lu bytes in pid %u "
+                  "failed: %s",
+                  qp->dev->name, qp->qpn, qp->sq_ci, len, qp->peer->pid,
+                  strerror(err));
+        status = VQP_SW_RESP_REM_OP;
+        goto out;
+    }
+    vqp_sw_resp_consume(qp, tqp, wqe_counter);
+    vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)len, imm);
+    status = VQP_SW_RESP_OK;
+out:
+    vqp_sw_unlock(pshm);
+    return status;
+}
+
+/* Owner side: turn inbound records into this device's responder CQEs. */
+unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
+{
+    vqp_sw_shm_t *shm = dev->shm;
+    uint64_t tail     = shm->in_tail;
+    uint64_t head     = __atomic_load_n(&shm->in_head, __ATOMIC_ACQUIRE);
+    const vqp_sw_shm_rec_t *rec;
+    vqp_sw_qp_t *qp;
+    unsigned n = 0;
+
+    while ((tail != head) && (n < VQP_SW_IN_BUDGET)) {
+        rec = &shm->in[tail & (VQP_SW_INBOUND - 1)];
+        qp  = dev->qps[rec->qp_index];
+        if ((qp == NULL) || (qp->qpn != rec->qpn)) {
+            ucs_debug("vqp_sw %s: record for destroyed QP 0x%x dropped",
+                      dev->name, rec->qpn);
+        } else if (rec->opcode == MLX5_CQE_RESP_ERR) {
+            vqp_sw_cqe_err(qp, qp->recv_cq, true, rec->wqe_counter, 0,
+                           rec->syndrome);
+            vqp_sw_qp_set_error(qp);
+        } else {
+            vqp_sw_cqe_resp(qp, rec);
+        }
+        ++tail;
+        ++n;
+    }
+    /* Frees the slots for producers. */
+    __atomic_store_n(&shm->in_tail, tail, __ATOMIC_RELEASE);
+    return n;
+}

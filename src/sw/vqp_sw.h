@@ -1,0 +1,150 @@
+/*
+ * Software mlx5 device: the whole interface of the layer.
+ *
+ * The device exposes queue memory exactly as mlx5dv_init_obj() describes a
+ * ConnectX QP/CQ/SRQ (struct mlx5dv_qp / mlx5dv_cq / mlx5dv_srq), so the same
+ * WQE-building and CQE-parsing code runs on it and on hardware. Its engine
+ * executes posted WQEs when the owning process calls vqp_sw_progress(): there
+ * is no device thread. Peers are other processes (or other device instances in
+ * the same process) on this host; one-sided operations move data with
+ * process_vm_writev/readv after checking the rkey against the peer's
+ * registered regions, two-sided ones reach the peer's RQ/SRQ and the peer's
+ * own engine writes the peer's CQEs.
+ *
+ * Verbs enums (ibv_qp_state, ibv_access_flags) are reused for states and
+ * access rights so the device-control layer maps hardware and software 1:1.
+ * Every function returns a UCS status and logs what was wrong on failure.
+ */
+#ifndef VQP_SW_H_
+#define VQP_SW_H_
+
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+#include <ucs/type/status.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct vqp_sw_dev vqp_sw_dev_t;
+typedef struct vqp_sw_mr vqp_sw_mr_t;
+typedef struct vqp_sw_cq vqp_sw_cq_t;
+typedef struct vqp_sw_srq vqp_sw_srq_t;
+typedef struct vqp_sw_qp vqp_sw_qp_t;
+
+/* Limits the device enforces (and reports, like ibv_query_device). */
+typedef struct vqp_sw_dev_attr {
+    uint32_t max_qp;
+    uint32_t max_cq;
+    uint32_t max_srq;
+    uint32_t max_mr;
+    uint32_t max_qp_wr; /* SQ/RQ WQEs (basic blocks for the SQ) */
+    uint32_t max_cqe;
+    uint32_t max_srq_wr;
+    uint32_t max_sge;     /* data segments per WQE */
+    uint32_t max_inline;  /* inline bytes per WQE */
+    uint64_t max_msg_sz;  /* largest message, bytes */
+    uint32_t max_rd_atom; /* outstanding RDMA_READ/atomics per QP */
+} vqp_sw_dev_attr_t;
+
+/*
+ * What a peer needs to reach this device: the owning process and the device
+ * instance in it (several instances per process are allowed, e.g. to model
+ * two NICs or two hosts in one test). Fixed size, no pointers: it is sent
+ * over the wire inside endpoint addresses.
+ */
+typedef struct vqp_sw_dev_addr {
+    uint32_t pid;
+    uint32_t instance;
+} vqp_sw_dev_addr_t;
+
+/* Device open/close. @a name selects the device ("vqp_sw0"); every open
+ * creates a new instance with its own shared-memory segment and QPN space. */
+ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p);
+void vqp_sw_dev_close(vqp_sw_dev_t *dev);
+void vqp_sw_dev_query(const vqp_sw_dev_t *dev, vqp_sw_dev_attr_t *attr);
+void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr);
+
+/* Run the engine: execute newly rung SQ doorbells, deliver inbound two-sided
+ * messages, retry RNR-waiting WQEs, detect dead peers, apply injected faults.
+ * Bounded work per call. Returns the number of events processed (0 = idle).
+ */
+unsigned vqp_sw_progress(vqp_sw_dev_t *dev);
+
+/* Memory regions. @a access is a mask of IBV_ACCESS_* flags. */
+ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
+                           unsigned access, vqp_sw_mr_t **mr_p,
+                           uint32_t *lkey_p, uint32_t *rkey_p);
+ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr);
+
+/* Completion queue of at least @a cqe entries (rounded up to a power of
+ * two); @a dv is filled as mlx5dv_init_obj fills struct mlx5dv_cq. */
+ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
+                              vqp_sw_cq_t **cq_p, struct mlx5dv_cq *dv);
+ucs_status_t vqp_sw_cq_destroy(vqp_sw_cq_t *cq);
+
+/* Shared receive queue; @a dv as struct mlx5dv_srq (linked-list layout). */
+ucs_status_t vqp_sw_srq_create(vqp_sw_dev_t *dev, uint32_t max_wr,
+                               uint32_t max_sge, vqp_sw_srq_t **srq_p,
+                               struct mlx5dv_srq *dv);
+ucs_status_t vqp_sw_srq_destroy(vqp_sw_srq_t *srq);
+
+typedef struct vqp_sw_qp_init_attr {
+    vqp_sw_cq_t *send_cq;
+    vqp_sw_cq_t *recv_cq;
+    vqp_sw_srq_t *srq;     /* NULL: the QP has its own RQ */
+    uint32_t max_send_wr;  /* WQEs of one basic block */
+    uint32_t max_recv_wr;  /* ignored with an SRQ */
+    uint32_t max_recv_sge; /* ignored with an SRQ */
+    uint32_t max_inline_data;
+} vqp_sw_qp_init_attr_t;
+
+/* RC QP. @a dv is filled as mlx5dv_init_obj fills struct mlx5dv_qp. */
+ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
+                              const vqp_sw_qp_init_attr_t *attr,
+                              vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
+                              uint32_t *qpn_p);
+ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp);
+
+typedef struct vqp_sw_qp_attr {
+    enum ibv_qp_state qp_state;
+    unsigned qp_access_flags;   /* INIT: IBV_ACCESS_REMOTE_* allowed */
+    vqp_sw_dev_addr_t dest_dev; /* RTR: peer device */
+    uint32_t dest_qp_num;       /* RTR: peer QPN */
+    uint8_t min_rnr_timer;      /* RTR: IB encoding (0..31) */
+    uint8_t max_dest_rd_atomic;
+    uint8_t timeout;   /* RTS: IB encoding, 4.096us*2^t */
+    uint8_t retry_cnt; /* RTS: 0..7 */
+    uint8_t rnr_retry; /* RTS: 0..6, 7 = infinite */
+    uint8_t max_rd_atomic;
+} vqp_sw_qp_attr_t;
+
+/* State transitions RESET->INIT->RTR->RTS, any->ERR, any->RESET, checked as
+ * ibv_modify_qp checks them (an invalid transition is UCS_ERR_INVALID_PARAM).
+ */
+ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr);
+enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
+
+
+/* Extensions beyond the drafted interface (observability and test control). */
+
+/* Per-QP counters, also shown by the vqp_sw_stat tool. */
+typedef struct vqp_sw_qp_counters {
+    uint64_t wqes;        /* SQ WQEs executed */
+    uint64_t bytes;       /* payload bytes moved by them */
+    uint64_t errors;      /* error CQEs other than flushes */
+    uint64_t rnr_retries; /* RNR waits of the SQ head */
+    uint64_t retries;     /* transport retries (no response) */
+    uint64_t flushed;     /* flush CQEs written (SQ and RQ) */
+    uint64_t recv_msgs;   /* responder completions delivered */
+} vqp_sw_qp_counters_t;
+void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c);
+
+/* Replace the fault configuration read from VQP_SW_FAULTS at open; same
+ * syntax (see docs/swdev.md); NULL or "" disables injection. */
+ucs_status_t vqp_sw_dev_set_faults(vqp_sw_dev_t *dev, const char *spec);
+
+/* UCS_OK, or UCS_ERR_BUFFER_TOO_SMALL once the CQ overflowed (the producer
+ * caught up with the consumer index in dbrec[0]); an overflowed CQ writes no
+ * further CQEs and its QPs are in ERROR, as on a ConnectX. */
+ucs_status_t vqp_sw_cq_status(const vqp_sw_cq_t *cq);
+
+#endif

@@ -1,0 +1,15 @@
+# Tests of the software mlx5 device; they link libvqp_sw only (no higher
+# layer) and build every WQE by hand.
+if HAVE_CMOCKA
+sw_test_cflags = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+sw_test_ldadd  = src/sw/libvqp_sw.la $(CMOCKA_LIBS) $(UCX_LIBS)
+
+noinst_HEADERS += test/sw/sw_test_util.h test/sw/sw_test_fx.h
+
+check_PROGRAMS += test/sw/test_sw_ops
+test_sw_test_sw_ops_SOURCES = test/sw/test_sw_ops.c
+test_sw_test_sw_ops_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_ops_LDADD   = $(sw_test_ldadd)
+
+TESTS += test/sw/test_sw_ops
+endif
