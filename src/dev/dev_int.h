@@ -1,0 +1,88 @@
+/*
+ * Device control internals: the object layouts shared by the common code
+ * (dev.c: argument and state checks, dispatch) and the two implementations
+ * (dev_hw.c over ibverbs + mlx5dv, dev_sw.c over the software device), and
+ * the ops table each implementation provides. Not for use outside src/dev.
+ */
+#ifndef VQP_DEV_INT_H_
+#define VQP_DEV_INT_H_
+
+#include "vqp_dev.h"
+
+typedef struct vqp_dev_ops {
+    void (*close)(vqp_dev_t *dev);
+    unsigned (*progress)(vqp_dev_t *dev);
+    ucs_status_t (*mr_reg)(vqp_dev_t *dev, void *addr, size_t length,
+                           unsigned access, vqp_dev_mr_t **mr_p,
+                           uint32_t *lkey_p, uint32_t *rkey_p);
+    ucs_status_t (*mr_dereg)(vqp_dev_mr_t *mr);
+    ucs_status_t (*cq_create)(vqp_dev_t *dev, uint32_t cqe, vqp_dev_cq_t **cq_p,
+                              struct mlx5dv_cq *dv);
+    ucs_status_t (*cq_destroy)(vqp_dev_cq_t *cq);
+    ucs_status_t (*srq_create)(vqp_dev_t *dev, uint32_t max_wr,
+                               uint32_t max_sge, vqp_dev_srq_t **srq_p,
+                               struct mlx5dv_srq *dv);
+    ucs_status_t (*srq_destroy)(vqp_dev_srq_t *srq);
+    ucs_status_t (*qp_create)(vqp_dev_t *dev, const vqp_dev_qp_init_t *init,
+                              vqp_dev_qp_t **qp_p, struct mlx5dv_qp *dv,
+                              vqp_dev_qp_caps_t *caps);
+    ucs_status_t (*qp_destroy)(vqp_dev_qp_t *qp);
+    /* One transition; the common code has checked that it is legal and that
+     * @a remote is reachable. @a remote and @a params are set for INIT, RTR
+     * and RTS and NULL otherwise. */
+    ucs_status_t (*qp_modify)(vqp_dev_qp_t *qp, enum ibv_qp_state state,
+                              const vqp_dev_qp_addr_t *remote,
+                              const vqp_dev_connect_params_t *params);
+} vqp_dev_ops_t;
+
+/* Base of every device; implementations put it first in their own struct. */
+struct vqp_dev {
+    const vqp_dev_ops_t *ops;
+    vqp_dev_attr_t attr;
+    vqp_dev_addr_t addr;
+    unsigned num_objs; /* live MRs, CQs, SRQs and QPs */
+};
+
+struct vqp_dev_mr {
+    vqp_dev_t *dev;
+};
+
+struct vqp_dev_cq {
+    vqp_dev_t *dev;
+    unsigned refcount; /* QPs using it */
+    uint32_t cqn;
+};
+
+struct vqp_dev_srq {
+    vqp_dev_t *dev;
+    unsigned refcount;
+    uint32_t srqn;
+};
+
+struct vqp_dev_qp {
+    vqp_dev_t *dev;
+    vqp_dev_cq_t *send_cq;
+    vqp_dev_cq_t *recv_cq;
+    vqp_dev_srq_t *srq;
+    enum ibv_qp_state state;
+    uint32_t qpn;
+    uint16_t udp_sport;
+};
+
+/* Implementations: open one device of their kind by name. */
+ucs_status_t vqp_dev_hw_open(const char *name,
+                             const vqp_dev_open_params_t *params,
+                             vqp_dev_t **dev_p);
+ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p);
+
+/* Appends the hardware ports to @a list (grown with realloc). */
+ucs_status_t vqp_dev_hw_list(unsigned flags, vqp_dev_info_t **list_p,
+                             unsigned *count_p);
+
+const char *vqp_dev_qp_state_str(enum ibv_qp_state state);
+
+/* ibv_mtu <-> bytes; 0 for a value that is not an IB MTU. */
+uint32_t vqp_dev_mtu_bytes(enum ibv_mtu mtu);
+enum ibv_mtu vqp_dev_mtu_enum(uint32_t bytes);
+
+#endif

@@ -1,0 +1,31 @@
+# Device-control tests (cmocka) and the hardware smoke program.
+dev_test_ldadd = src/dev/libvqp_dev.la $(UCX_LIBS) $(IBVERBS_LIBS) $(MLX5_LIBS)
+
+noinst_HEADERS += test/dev/dev_wqe.h test/dev/test_dev_log.h
+
+# Run by contrib/hw-smoke.sh on a machine with a ConnectX; here only through
+# test_dev_smoke.sh (no device: clean exit; --sw: the same steps in software).
+check_PROGRAMS += test/dev/vqp_dev_smoke
+test_dev_vqp_dev_smoke_SOURCES = test/dev/vqp_dev_smoke.c
+test_dev_vqp_dev_smoke_LDADD   = $(dev_test_ldadd)
+
+dist_check_SCRIPTS += test/dev/test_dev_smoke.sh
+TESTS += test/dev/test_dev_smoke.sh
+
+if HAVE_CMOCKA
+dev_test_cflags = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+dev_test_cmocka = $(CMOCKA_LIBS) $(dev_test_ldadd)
+
+check_PROGRAMS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw
+test_dev_test_dev_addr_SOURCES = test/dev/test_dev_addr.c
+test_dev_test_dev_addr_CFLAGS  = $(dev_test_cflags)
+test_dev_test_dev_addr_LDADD   = $(dev_test_cmocka)
+test_dev_test_dev_hw_SOURCES   = test/dev/test_dev_hw.c
+test_dev_test_dev_hw_CFLAGS    = $(dev_test_cflags)
+test_dev_test_dev_hw_LDADD     = $(dev_test_cmocka)
+test_dev_test_dev_sw_SOURCES   = test/dev/test_dev_sw.c
+test_dev_test_dev_sw_CFLAGS    = $(dev_test_cflags)
+test_dev_test_dev_sw_LDADD     = $(dev_test_cmocka)
+
+TESTS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw
+endif
