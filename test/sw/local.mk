@@ -11,5 +11,10 @@ test_sw_test_sw_ops_SOURCES = test/sw/test_sw_ops.c
 test_sw_test_sw_ops_CFLAGS  = $(sw_test_cflags)
 test_sw_test_sw_ops_LDADD   = $(sw_test_ldadd)
 
-TESTS += test/sw/test_sw_ops
+check_PROGRAMS += test/sw/test_sw_err
+test_sw_test_sw_err_SOURCES = test/sw/test_sw_err.c
+test_sw_test_sw_err_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_err_LDADD   = $(sw_test_ldadd)
+
+TESTS += test/sw/test_sw_ops test/sw/test_sw_err
 endif

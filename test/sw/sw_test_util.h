@@ -8,7 +8,10 @@
 
 #include "sw/vqp_sw.h"
 
+#include <ucs/debug/log.h>
+
 #include <endian.h>
+#include <stdio.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -321,6 +324,40 @@ sw_test_qp_connect(sw_test_qp_t *q, const vqp_sw_dev_addr_t *peer,
     a.retry_cnt = retry_cnt;
     a.rnr_retry = rnr_retry;
     return vqp_sw_qp_modify(q->qp, &a);
+}
+
+/* Captured warnings/errors, so tests check the log line of each rule. */
+static char sw_test_log_buf[8192];
+
+static inline ucs_log_func_rc_t
+sw_test_log_handler(const char *file, unsigned line, const char *function,
+                    ucs_log_level_t level,
+                    const ucs_log_component_config_t *comp_conf,
+                    const char *message, va_list ap)
+{
+    size_t used = strlen(sw_test_log_buf);
+
+    if (level > UCS_LOG_LEVEL_WARN) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    if (used + 2 < sizeof(sw_test_log_buf)) {
+        vsnprintf(sw_test_log_buf + used, sizeof(sw_test_log_buf) - used - 1,
+                  message, ap);
+        strcat(sw_test_log_buf, "\n");
+    }
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* Non-zero if the captured log contains @a text; clears the capture. */
+static inline int sw_test_log_has(const char *text)
+{
+    int found = strstr(sw_test_log_buf, text) != NULL;
+
+    if (!found) {
+        fprintf(stderr, "log '%s' lacks '%s'\n", sw_test_log_buf, text);
+    }
+    sw_test_log_buf[0] = '\0';
+    return found;
 }
 
 #define SW_TEST_ACCESS_ALL                              \
