@@ -12,3 +12,6 @@ src_dev_libvqp_dev_la_LIBADD = \
 noinst_HEADERS += \
 	src/dev/vqp_dev.h \
 	src/dev/dev_int.h
+
+# Run by users with a ConnectX (builds and runs test/dev/vqp_dev_smoke).
+EXTRA_DIST += contrib/hw-smoke.sh docs/devices.md
