@@ -28,3 +28,12 @@ bench-mlx5: test/mlx5/bench_post_poll
 	$(builddir)/test/mlx5/bench_post_poll
 
 .PHONY: bench-mlx5
+
+# The data path driving the software device (one process and fork()ed pairs).
+if HAVE_CMOCKA
+check_PROGRAMS += test/mlx5/test_mlx5_sw
+test_mlx5_test_mlx5_sw_SOURCES = test/mlx5/test_mlx5_sw.c
+test_mlx5_test_mlx5_sw_CFLAGS  = $(mlx5_test_cflags)
+test_mlx5_test_mlx5_sw_LDADD   = src/sw/libvqp_sw.la $(mlx5_test_ldadd)
+TESTS += test/mlx5/test_mlx5_sw
+endif
