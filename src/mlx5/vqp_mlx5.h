@@ -58,7 +58,7 @@ typedef struct vqp_mlx5_sge {
     uint32_t lkey;
 } vqp_mlx5_sge_t;
 
-/* Send queue state; hot fields first, all of them touched by each post. */
+/* Send queue state: one cache line, all of it touched by each post. */
 typedef struct vqp_mlx5_txwq {
     void *qstart;           /* first basic block (BB) of the ring */
     void *qend;             /* one past the last BB */
@@ -68,15 +68,14 @@ typedef struct vqp_mlx5_txwq {
     uint16_t sig_left;      /* posts until one is signaled anyway */
     uint16_t sig_every;     /* signal at least every N posts */
     uint16_t db_pi;         /* pi at the last doorbell */
+    uint16_t last_pi;       /* index of the newest WQE */
+    uint16_t max_inline;    /* largest inline payload, bytes */
     uint32_t qpn_ds;        /* qpn << 8, ds is or'ed in per WQE */
-    uint32_t max_inline;    /* largest inline payload, bytes */
+    uint32_t bf_size;       /* bytes per BlueFlame half */
+    uint32_t bf_offset;     /* 0 or bf_size, toggles every doorbell */
     uint32_t db_mode;       /* vqp_mlx5_db_mode_t */
     volatile __be32 *dbrec; /* send doorbell record */
     char *bf_reg;           /* BlueFlame register; NULL: none */
-    uint32_t bf_size;       /* bytes per BlueFlame half */
-    uint32_t bf_offset;     /* 0 or bf_size, toggles every doorbell */
-    struct mlx5_wqe_ctrl_seg *last_ctrl; /* newest WQE, for the doorbell */
-    uint32_t qpn;
 } vqp_mlx5_txwq_t;
 
 /* Receive queue of a QP without SRQ: a ring of scatter lists. */

@@ -41,7 +41,6 @@ static inline ucs_status_t vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq,
     wq->sig_every  = sig_every;
     wq->sig_left   = sig_every;
     wq->qpn_ds     = qpn << 8;
-    wq->qpn        = qpn;
     wq->max_inline = max_inline;
     wq->dbrec      = &dv->dbrec[MLX5_SND_DBR];
     wq->bf_reg     = dv->bf.reg;
@@ -121,24 +120,26 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_complete(vqp_mlx5_txwq_t *wq,
 static UCS_F_ALWAYS_INLINE void vqp_mlx5_bf_copy_bb(char *dst, const char *src)
 {
     volatile uint64_t *d = (volatile uint64_t *)dst;
-    const uint64_t *s    = (const uint64_t *)src;
+    uint64_t word;
     unsigned i;
 
-    for (i = 0; i < MLX5_SEND_WQE_BB / sizeof(uint64_t); ++i) {
-        d[i] = s[i];
+    for (i = 0; i < MLX5_SEND_WQE_BB / sizeof(word); ++i) {
+        memcpy(&word, src + i * sizeof(word), sizeof(word));
+        d[i] = word;
     }
 }
 
 /*
  * Tell the device about every WQE up to pi. @a num_bb is the size of the
- * newest WQE (wq->last_ctrl) when it alone is new, 0 when several are: only
- * a lone WQE may go by BlueFlame.
+ * newest WQE (at last_pi) when it alone is new, 0 when several are: only a
+ * lone WQE may go by BlueFlame.
  */
 static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
                                                        unsigned num_bb)
 {
-    const char *src = (const char *)wq->last_ctrl;
+    const char *src = vqp_mlx5_txwq_bb(wq, wq->last_pi);
     char *dst       = wq->bf_reg + wq->bf_offset;
+    uint64_t db;
     unsigned i;
 
     /* The WQE stores must be visible in memory before the record says they
@@ -165,7 +166,8 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
         }
     } else {
         /* ctrl bytes 0..7 (opcode, index, qpn, ds) name the newest WQE. */
-        *(volatile uint64_t *)dst = *(const uint64_t *)src;
+        memcpy(&db, src, sizeof(db));
+        *(volatile uint64_t *)dst = db;
     }
     /* Flush the write-combining buffer now, so the next doorbell (to the
      * other half of the register) cannot overtake this one. */
@@ -253,13 +255,13 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
     int inl = 0;
 
     if (ucs_unlikely(num_sge > VQP_MLX5_MAX_SGE)) {
-        ucs_error("mlx5 qp 0x%x: %u SGEs, at most %d", wq->qpn, num_sge,
+        ucs_error("mlx5 qp 0x%x: %u SGEs, at most %d", wq->qpn_ds >> 8, num_sge,
                   VQP_MLX5_MAX_SGE);
         return UCS_ERR_INVALID_PARAM;
     }
     if (atomic && ucs_unlikely((num_sge != 1) || (sge[0].length != 8))) {
         ucs_error("mlx5 qp 0x%x: atomic result buffer must be one 8-byte SGE",
-                  wq->qpn);
+                  wq->qpn_ds >> 8);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -326,8 +328,8 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
     ctrl->fm_ce_se              = fm_ce_se;
     ctrl->imm                   = imm;
 
+    wq->last_pi = index;
     wq->pi += num_bb;
-    wq->last_ctrl = ctrl;
     if (!(flags & VQP_MLX5_MORE)) {
         vqp_mlx5_txwq_doorbell(
             wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb : 0);

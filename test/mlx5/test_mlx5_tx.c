@@ -139,6 +139,12 @@ static void test_init_rejects(void **state)
     fake_qp_free(qp);
 }
 
+/* Everything a post touches fits one cache line. */
+static void test_state_size(void **state)
+{
+    assert_int_equal(sizeof(vqp_mlx5_txwq_t), 64);
+}
+
 static void test_write_pointer(void **state)
 {
     tx_fixture_t *f    = *state;
@@ -609,6 +615,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_rejects),
+        cmocka_unit_test(test_state_size),
         cmocka_unit_test_setup_teardown(test_write_pointer, tx_setup,
                                         tx_teardown),
         cmocka_unit_test_setup_teardown(test_write_zero_length, tx_setup,
