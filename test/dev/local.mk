@@ -27,5 +27,24 @@ test_dev_test_dev_sw_SOURCES   = test/dev/test_dev_sw.c
 test_dev_test_dev_sw_CFLAGS    = $(dev_test_cflags)
 test_dev_test_dev_sw_LDADD     = $(dev_test_cmocka)
 
-TESTS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw
+# dev_hw.c against a scripted fake of libibverbs/mlx5dv (ld --wrap).
+dev_hw_mock_wrap = \
+	-Wl,--wrap=ibv_get_device_list,--wrap=ibv_free_device_list \
+	-Wl,--wrap=ibv_get_device_name,--wrap=mlx5dv_is_supported \
+	-Wl,--wrap=ibv_open_device,--wrap=ibv_close_device \
+	-Wl,--wrap=ibv_query_device,--wrap=_ibv_query_gid_ex,--wrap=ibv_query_gid \
+	-Wl,--wrap=ibv_alloc_pd,--wrap=ibv_dealloc_pd \
+	-Wl,--wrap=ibv_reg_mr,--wrap=ibv_reg_mr_iova2,--wrap=ibv_dereg_mr \
+	-Wl,--wrap=ibv_create_cq,--wrap=ibv_destroy_cq,--wrap=mlx5dv_create_cq \
+	-Wl,--wrap=mlx5dv_init_obj,--wrap=ibv_create_srq,--wrap=ibv_destroy_srq \
+	-Wl,--wrap=ibv_create_qp,--wrap=ibv_destroy_qp,--wrap=ibv_modify_qp \
+	-Wl,--wrap=mlx5dv_modify_qp_udp_sport
+check_PROGRAMS += test/dev/test_dev_hw_mock
+test_dev_test_dev_hw_mock_SOURCES = test/dev/test_dev_hw_mock.c
+test_dev_test_dev_hw_mock_CFLAGS  = $(dev_test_cflags)
+test_dev_test_dev_hw_mock_LDFLAGS = $(AM_LDFLAGS) $(dev_hw_mock_wrap)
+test_dev_test_dev_hw_mock_LDADD   = $(dev_test_cmocka)
+
+TESTS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw \
+	test/dev/test_dev_hw_mock
 endif
