@@ -9,6 +9,7 @@
 
 #include <ucs/debug/log.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -76,10 +77,39 @@ bool vqp_sw_pid_alive(uint32_t pid, uint64_t start_time)
     return vqp_sw_proc_start_time(pid) == start_time;
 }
 
+/* "vqp_sw-<uid>-", or "vqp_sw.<ns>-<uid>-" with VQP_SW_NAMESPACE=<ns>:
+ * separate namespaces never see (or clean) each other's segments, e.g.
+ * concurrent test runs. */
+void vqp_sw_shm_prefix(char *buf, size_t len, uint32_t uid)
+{
+    const char *ns = getenv("VQP_SW_NAMESPACE");
+    size_t i;
+
+    if ((ns != NULL) && (*ns != '\0')) {
+        for (i = 0; ns[i] != '\0'; ++i) {
+            if (!isalnum((unsigned char)ns[i]) || (i >= 32)) {
+                ucs_warn("vqp_sw: ignoring VQP_SW_NAMESPACE '%s' (use up to "
+                         "32 letters and digits)",
+                         ns);
+                ns = NULL;
+                break;
+            }
+        }
+    }
+    if ((ns != NULL) && (*ns != '\0')) {
+        snprintf(buf, len, "vqp_sw.%s-%u-", ns, uid);
+    } else {
+        snprintf(buf, len, "vqp_sw-%u-", uid);
+    }
+}
+
 void vqp_sw_shm_name(char *buf, size_t len, uint32_t uid, uint32_t pid,
                      uint32_t instance)
 {
-    snprintf(buf, len, "/" VQP_SW_SHM_PREFIX "%u-%u-%u", uid, pid, instance);
+    char prefix[64];
+
+    vqp_sw_shm_prefix(prefix, sizeof(prefix), uid);
+    snprintf(buf, len, "/%s%u-%u", prefix, pid, instance);
 }
 
 void vqp_sw_lock(vqp_sw_shm_t *shm)
@@ -217,43 +247,49 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
     return 0;
 }
 
-/* Unlink segments whose owner is gone (pid absent or reused). */
+/* Unlink segments whose owner is gone: the pid in the name no longer
+ * exists, or it was reused (the header's start time differs). A segment
+ * without a valid magic whose pid lives is being created: leave it. */
 static void vqp_sw_clean_stale(uint32_t uid)
 {
     char prefix[64], path[300];
     struct dirent *de;
-    unsigned u, pid, inst;
+    unsigned pid, inst;
     vqp_sw_shm_t hdr;
+    bool stale;
     DIR *dir;
     int fd;
 
-    snprintf(prefix, sizeof(prefix), VQP_SW_SHM_PREFIX "%u-", uid);
+    vqp_sw_shm_prefix(prefix, sizeof(prefix), uid);
     dir = opendir("/dev/shm");
     if (dir == NULL) {
         return;
     }
     while ((de = readdir(dir)) != NULL) {
         if ((strncmp(de->d_name, prefix, strlen(prefix)) != 0) ||
-            (sscanf(de->d_name, VQP_SW_SHM_PREFIX "%u-%u-%u", &u, &pid,
-                    &inst) != 3)) {
+            (sscanf(de->d_name + strlen(prefix), "%u-%u", &pid, &inst) != 2) ||
+            (pid == (unsigned)getpid())) {
             continue;
         }
-        snprintf(path, sizeof(path), "/%s", de->d_name);
-        fd = shm_open(path, O_RDONLY, 0);
-        if (fd < 0) {
-            continue;
-        }
-        memset(&hdr, 0, sizeof(hdr.magic) + 64);
-        if ((pread(fd, &hdr, offsetof(vqp_sw_shm_t, lock), 0) ==
-             (ssize_t)offsetof(vqp_sw_shm_t, lock)) &&
-            (hdr.magic == VQP_SW_MAGIC) &&
-            vqp_sw_pid_alive(hdr.pid, hdr.start_time)) {
+        if ((kill((pid_t)pid, 0) != 0) && (errno == ESRCH)) {
+            stale = true;
+        } else {
+            snprintf(path, sizeof(path), "/%s", de->d_name);
+            fd = shm_open(path, O_RDONLY, 0);
+            if (fd < 0) {
+                continue;
+            }
+            memset(&hdr, 0, offsetof(vqp_sw_shm_t, lock));
+            stale = (pread(fd, &hdr, offsetof(vqp_sw_shm_t, lock), 0) ==
+                     (ssize_t)offsetof(vqp_sw_shm_t, lock)) &&
+                    (__atomic_load_n(&hdr.magic, __ATOMIC_ACQUIRE) ==
+                     VQP_SW_MAGIC) &&
+                    (hdr.pid == pid) &&
+                    !vqp_sw_pid_alive(hdr.pid, hdr.start_time);
             close(fd);
-            continue;
         }
-        close(fd);
-        /* Our own pid is alive by definition; anything else left is stale. */
-        if (pid != (unsigned)getpid()) {
+        if (stale) {
+            snprintf(path, sizeof(path), "/%s", de->d_name);
             ucs_debug("vqp_sw: removing stale segment %s", path);
             shm_unlink(path);
         }

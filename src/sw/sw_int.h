@@ -18,7 +18,6 @@
 
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
 #define VQP_SW_VERSION     1u
-#define VQP_SW_SHM_PREFIX  "vqp_sw-"
 #define VQP_SW_MAX_QP      1024u
 #define VQP_SW_QP_BITS     10u
 #define VQP_SW_MAX_CQ      512u
@@ -248,6 +247,7 @@ struct vqp_sw_dev {
 uint64_t vqp_sw_now_ns(void);
 uint64_t vqp_sw_proc_start_time(uint32_t pid);
 bool vqp_sw_pid_alive(uint32_t pid, uint64_t start_time);
+void vqp_sw_shm_prefix(char *buf, size_t len, uint32_t uid);
 void vqp_sw_shm_name(char *buf, size_t len, uint32_t uid, uint32_t pid,
                      uint32_t instance);
 vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev,

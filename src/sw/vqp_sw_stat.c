@@ -19,7 +19,8 @@ static void vqp_sw_stat_usage(FILE *f)
 {
     fprintf(f, "usage: vqp_sw_stat [--clean] [--help]\n"
                "  lists live software mlx5 devices, their QPs and counters\n"
-               "  --clean  remove segments whose owner process is gone\n");
+               "  --clean  remove segments whose owner process is gone\n"
+               "  VQP_SW_NAMESPACE=<ns> selects a namespace of devices\n");
 }
 
 static void vqp_sw_stat_show(const char *path, const vqp_sw_shm_t *shm,
@@ -78,7 +79,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    snprintf(prefix, sizeof(prefix), VQP_SW_SHM_PREFIX "%u-", getuid());
+    vqp_sw_shm_prefix(prefix, sizeof(prefix), getuid());
     dir = opendir("/dev/shm");
     if (dir == NULL) {
         perror("vqp_sw_stat: /dev/shm");

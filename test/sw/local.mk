@@ -16,5 +16,18 @@ test_sw_test_sw_err_SOURCES = test/sw/test_sw_err.c
 test_sw_test_sw_err_CFLAGS  = $(sw_test_cflags)
 test_sw_test_sw_err_LDADD   = $(sw_test_ldadd)
 
-TESTS += test/sw/test_sw_ops test/sw/test_sw_err
+check_PROGRAMS += test/sw/test_sw_proc
+test_sw_test_sw_proc_SOURCES  = test/sw/test_sw_proc.c
+test_sw_test_sw_proc_CFLAGS   = $(sw_test_cflags)
+test_sw_test_sw_proc_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DVQP_SW_STAT='"$(abs_top_builddir)/src/sw/vqp_sw_stat"'
+test_sw_test_sw_proc_LDADD    = $(sw_test_ldadd)
+
+check_PROGRAMS += test/sw/test_sw_fault
+test_sw_test_sw_fault_SOURCES = test/sw/test_sw_fault.c
+test_sw_test_sw_fault_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_fault_LDADD   = $(sw_test_ldadd)
+
+TESTS += test/sw/test_sw_ops test/sw/test_sw_err test/sw/test_sw_proc \
+	test/sw/test_sw_fault
 endif

@@ -1,0 +1,467 @@
+/*
+ * Software device across processes (fork): a child opens its own device
+ * instance, the two exchange addresses over pipes, and both progress their
+ * own engines. Covers one-sided data movement with process_vm_*, atomics,
+ * two-sided delivery, RNR across processes, a dead peer (transport retry
+ * error, not a hang), stale segment cleanup and the vqp_sw_stat tool.
+ */
+#include <config.h>
+
+#include "sw_test_util.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BUF 65536
+
+/* What each side tells the other. */
+typedef struct peer_info {
+    vqp_sw_dev_addr_t addr;
+    uint32_t qpn;
+    uint32_t rkey;
+    uint64_t buf;
+} peer_info_t;
+
+typedef struct side {
+    vqp_sw_dev_t *dev;
+    sw_test_cq_t scq, rcq;
+    sw_test_qp_t qp;
+    uint8_t *buf;
+    vqp_sw_mr_t *mr;
+    uint32_t lkey, rkey;
+    peer_info_t peer;
+} side_t;
+
+typedef struct proc {
+    pid_t child;
+    int to_child, from_child;
+} proc_t;
+
+static int xwrite(int fd, const void *p, size_t n)
+{
+    return write(fd, p, n) == (ssize_t)n ? 0 : -1;
+}
+
+static int xread(int fd, void *p, size_t n)
+{
+    size_t got = 0;
+    ssize_t r;
+
+    while (got < n) {
+        r = read(fd, (char *)p + got, n - got);
+        if (r <= 0) {
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int side_open(side_t *s, uint8_t rnr_retry)
+{
+    memset(s, 0, sizeof(*s));
+    s->buf = aligned_alloc(64, BUF);
+    memset(s->buf, 0, BUF);
+    if ((vqp_sw_dev_open("vqp_sw0", &s->dev) != UCS_OK) ||
+        (vqp_sw_mr_reg(s->dev, s->buf, BUF, SW_TEST_ACCESS_ALL, &s->mr,
+                       &s->lkey, &s->rkey) != UCS_OK) ||
+        (sw_test_cq_create(s->dev, 256, &s->scq) != UCS_OK) ||
+        (sw_test_cq_create(s->dev, 256, &s->rcq) != UCS_OK) ||
+        (sw_test_qp_create(s->dev, &s->scq, &s->rcq, NULL, 64, 32, 64,
+                           &s->qp) != UCS_OK)) {
+        return -1;
+    }
+    (void)rnr_retry;
+    return 0;
+}
+
+static void side_info(side_t *s, peer_info_t *info)
+{
+    vqp_sw_dev_address(s->dev, &info->addr);
+    info->qpn  = s->qp.qpn;
+    info->rkey = s->rkey;
+    info->buf  = (uintptr_t)s->buf;
+}
+
+static int side_connect(side_t *s, uint8_t rnr_retry)
+{
+    return sw_test_qp_connect(&s->qp, &s->peer.addr, s->peer.qpn,
+                              SW_TEST_ACCESS_ALL, rnr_retry, 3) == UCS_OK
+               ? 0
+               : -1;
+}
+
+static void side_close(side_t *s)
+{
+    vqp_sw_qp_destroy(s->qp.qp);
+    vqp_sw_dev_close(s->dev);
+    free(s->buf);
+}
+
+static int side_poll(side_t *s, sw_test_cq_t *cq, struct mlx5_cqe64 *cqe)
+{
+    return sw_test_poll(&s->dev, 1, cq, cqe, 3000);
+}
+
+/*
+ * Child modes: 'e' echo: receive N messages, send each back with imm+1;
+ * 'p' passive: progress until told to stop; 'x' exit right after connect
+ * without closing (a crash as far as the device can tell).
+ */
+static int child_main(int rfd, int wfd)
+{
+    struct mlx5_cqe64 cqe;
+    side_t s;
+    char mode, stop;
+    unsigned i, n;
+    uint32_t len;
+    int fl;
+
+    if ((side_open(&s, 7) != 0)) {
+        return 10;
+    }
+    side_info(&s, &s.peer); /* placeholder overwritten below */
+    {
+        peer_info_t me;
+
+        side_info(&s, &me);
+        if ((xwrite(wfd, &me, sizeof(me)) != 0) ||
+            (xread(rfd, &s.peer, sizeof(s.peer)) != 0) ||
+            (xread(rfd, &mode, 1) != 0) || (side_connect(&s, 7) != 0)) {
+            return 11;
+        }
+    }
+    for (i = 0; i < 16; ++i) {
+        sw_test_post_recv(&s.qp, s.buf + i * 1024, 1024, s.lkey);
+    }
+    if (xwrite(wfd, "r", 1) != 0) {
+        return 12;
+    }
+    if (mode == 'x') {
+        _exit(0);
+    }
+    if (mode == 'e') {
+        if (xread(rfd, &n, sizeof(n)) != 0) {
+            return 13;
+        }
+        for (i = 0; i < n; ++i) {
+            if ((side_poll(&s, &s.rcq, &cqe) != 0) ||
+                (sw_test_cqe_opcode(&cqe) != MLX5_CQE_RESP_SEND_IMM)) {
+                return 14;
+            }
+            len = be32toh(cqe.byte_cnt);
+            sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND_IMM, 2,
+                         MLX5_WQE_CTRL_CQ_UPDATE,
+                         htobe32(be32toh(cqe.imm_inval_pkey) + 1));
+            if (be16toh(cqe.wqe_counter) != i) {
+                return 16;
+            }
+            sw_test_dseg(&s.qp, 1, s.buf + (i % 16) * 1024, len, s.lkey);
+            sw_test_ring(&s.qp, 2);
+            if ((side_poll(&s, &s.scq, &cqe) != 0) ||
+                (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+                return 15;
+            }
+            /* The reply is out: its buffer can take a message again. */
+            sw_test_post_recv(&s.qp, s.buf + (i % 16) * 1024, 1024, s.lkey);
+        }
+    }
+    /* Progress (one-sided ops need none, but be a good citizen) until the
+     * parent says stop. */
+    fl = fcntl(rfd, F_GETFL);
+    fcntl(rfd, F_SETFL, fl | O_NONBLOCK);
+    for (;;) {
+        vqp_sw_progress(s.dev);
+        if (read(rfd, &stop, 1) == 1) {
+            break;
+        }
+        sched_yield();
+    }
+    side_close(&s);
+    return 0;
+}
+
+static void proc_start(proc_t *p, side_t *s, char mode, uint8_t rnr_retry)
+{
+    int to_child[2], from_child[2];
+    peer_info_t me;
+    char c;
+
+    assert_int_equal(pipe(to_child), 0);
+    assert_int_equal(pipe(from_child), 0);
+    p->child = fork();
+    assert_true(p->child >= 0);
+    if (p->child == 0) {
+        close(to_child[1]);
+        close(from_child[0]);
+        int rc = child_main(to_child[0], from_child[1]);
+
+        if (rc != 0) {
+            fprintf(stderr, "child failed at step %d\n", rc);
+        }
+        _exit(rc);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    p->to_child   = to_child[1];
+    p->from_child = from_child[0];
+    assert_int_equal(side_open(s, rnr_retry), 0);
+    assert_int_equal(xread(p->from_child, &s->peer, sizeof(s->peer)), 0);
+    side_info(s, &me);
+    assert_int_equal(xwrite(p->to_child, &me, sizeof(me)), 0);
+    assert_int_equal(xwrite(p->to_child, &mode, 1), 0);
+    assert_int_equal(side_connect(s, rnr_retry), 0);
+    assert_int_equal(xread(p->from_child, &c, 1), 0);
+}
+
+static void proc_stop(proc_t *p, side_t *s)
+{
+    int status;
+
+    assert_int_equal(xwrite(p->to_child, "s", 1), 0);
+    assert_int_equal(waitpid(p->child, &status, 0), p->child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(p->to_child);
+    close(p->from_child);
+    side_close(s);
+}
+
+static void test_one_sided(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    uint64_t *result;
+    side_t s;
+    proc_t p;
+    unsigned i;
+
+    proc_start(&p, &s, 'p', 7);
+    /* WRITE 32 KiB into the child, READ it back into another range. */
+    for (i = 0; i < 32768; ++i) {
+        s.buf[i] = (uint8_t)(i * 7);
+    }
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_WRITE, 3, 0, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf + 1024, s.peer.rkey);
+    sw_test_dseg(&s.qp, 2, s.buf, 32768, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_READ, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf + 1024, s.peer.rkey);
+    sw_test_dseg(&s.qp, 2, s.buf + 32768, 32768, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(be32toh(cqe.byte_cnt), 32768);
+    assert_memory_equal(s.buf, s.buf + 32768, 32768);
+
+    /* Fetch-and-add twice on the child's first word (zeroed, then 5). */
+    result = (uint64_t *)(s.buf + 100 * 8);
+    for (i = 0; i < 2; ++i) {
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_ATOMIC_FA, 4, MLX5_WQE_CTRL_CQ_UPDATE,
+                     0);
+        sw_test_raddr(&s.qp, 1, s.peer.buf + BUF - 8, s.peer.rkey);
+        sw_test_atomic(&s.qp, 2, 5, 0);
+        sw_test_dseg(&s.qp, 3, result, 8, s.lkey);
+        sw_test_ring(&s.qp, 4);
+        assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be64toh(*result), 5 * i);
+    }
+    /* A bad rkey across processes: 0x13. */
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf, s.peer.rkey + 1);
+    sw_test_dseg(&s.qp, 2, s.buf, 8, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe),
+                     MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    proc_stop(&p, &s);
+}
+
+static void test_two_sided_echo(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    unsigned i, n = 40;
+    side_t s;
+    proc_t p;
+
+    proc_start(&p, &s, 'e', 7);
+    assert_int_equal(xwrite(p.to_child, &n, sizeof(n)), 0);
+    for (i = 0; i < 16; ++i) {
+        sw_test_post_recv(&s.qp, s.buf + 32768 + i * 1024, 1024, s.lkey);
+    }
+    for (i = 0; i < n; ++i) {
+        memset(s.buf, 'a' + (i % 26), 100 + i);
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND_IMM, 2, MLX5_WQE_CTRL_CQ_UPDATE,
+                     htobe32(i * 10));
+        sw_test_dseg(&s.qp, 1, s.buf, 100 + i, s.lkey);
+        sw_test_ring(&s.qp, 2);
+        assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(side_poll(&s, &s.rcq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND_IMM);
+        assert_int_equal(be32toh(cqe.imm_inval_pkey), i * 10 + 1);
+        assert_int_equal(be32toh(cqe.byte_cnt), 100 + i);
+        assert_int_equal(be32toh(cqe.flags_rqpn) & 0xffffff, s.peer.qpn);
+        assert_int_equal(be16toh(cqe.wqe_counter), i);
+        assert_memory_equal(s.buf + 32768 + (i % 16) * 1024, s.buf, 100 + i);
+        sw_test_post_recv(&s.qp, s.buf + 32768 + (i % 16) * 1024, 1024, s.lkey);
+    }
+    proc_stop(&p, &s);
+}
+
+/* Child posted 16 receives; the 17th SEND waits in RNR (rnr_retry 7) until
+ * the child reposts, which it does only while echoing. Here: the child is
+ * passive, so rnr_retry 1 ends in 0x16 after the 16 that fit. */
+static void test_rnr_across(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    vqp_sw_qp_counters_t c;
+    unsigned i;
+    side_t s;
+    proc_t p;
+
+    proc_start(&p, &s, 'p', 1);
+    for (i = 0; i < 17; ++i) {
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 1, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+        sw_test_ring(&s.qp, 1);
+    }
+    for (i = 0; i < 16; ++i) {
+        assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    }
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe),
+                     MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    assert_int_equal(be16toh(cqe.wqe_counter), 16);
+    vqp_sw_qp_counters(s.qp.qp, &c);
+    assert_int_equal(c.rnr_retries, 1);
+    proc_stop(&p, &s);
+}
+
+static int shm_exists(const vqp_sw_dev_addr_t *a)
+{
+    char name[96];
+    struct stat st;
+
+    snprintf(name, sizeof(name), "/dev/shm/vqp_sw.%s-%u-%u-%u",
+             getenv("VQP_SW_NAMESPACE"), getuid(), a->pid, a->instance);
+    return stat(name, &st) == 0;
+}
+
+static int run_stat(const char *args, char *out, size_t len)
+{
+    char cmd[512];
+    size_t n;
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "%s %s", VQP_SW_STAT, args);
+    f = popen(cmd, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    n      = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+/* The child dies without closing: WRITEs end in 0x15 (not a hang), its
+ * segment is stale, the tool reports and removes it, and a new open
+ * would too. */
+static void test_dead_peer(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    char out[16384], needle[128];
+    int status;
+    side_t s;
+    proc_t p;
+
+    proc_start(&p, &s, 'x', 7);
+    assert_int_equal(waitpid(p.child, &status, 0), p.child);
+    assert_true(shm_exists(&s.peer.addr));
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf, s.peer.rkey);
+    sw_test_dseg(&s.qp, 2, s.buf, 64, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe),
+                     MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+
+    /* The tool lists our live device with its QP, and the dead one. */
+    assert_int_equal(run_stat("", out, sizeof(out)), 0);
+    snprintf(needle, sizeof(needle), "pid %u instance %u alive",
+             s.peer.addr.pid, s.peer.addr.instance);
+    assert_null(strstr(out, needle));
+    snprintf(needle, sizeof(needle), "pid %u instance %u stale",
+             s.peer.addr.pid, s.peer.addr.instance);
+    assert_non_null(strstr(out, needle));
+    snprintf(needle, sizeof(needle), "qp 0x%06x ERR", s.qp.qpn);
+    assert_non_null(strstr(out, needle));
+    assert_non_null(strstr(out, "retries 3"));
+    assert_int_equal(run_stat("--clean", out, sizeof(out)), 0);
+    assert_false(shm_exists(&s.peer.addr));
+    assert_non_null(strstr(out, "removed"));
+    assert_int_equal(run_stat("--bogus", out, sizeof(out)) >> 8, 2);
+    close(p.to_child);
+    close(p.from_child);
+    side_close(&s);
+}
+
+/* A crashed owner's segment is removed when any process opens a device. */
+static void test_stale_cleanup_on_open(void **state)
+{
+    vqp_sw_dev_addr_t addr;
+    vqp_sw_dev_t *dev;
+    int fds[2], status;
+    pid_t child;
+
+    assert_int_equal(pipe(fds), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        if (vqp_sw_dev_open("vqp_sw0", &dev) != UCS_OK) {
+            _exit(1);
+        }
+        vqp_sw_dev_address(dev, &addr);
+        xwrite(fds[1], &addr, sizeof(addr));
+        kill(getpid(), SIGKILL);
+    }
+    close(fds[1]);
+    assert_int_equal(xread(fds[0], &addr, sizeof(addr)), 0);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status));
+    assert_true(shm_exists(&addr));
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
+    assert_false(shm_exists(&addr));
+    vqp_sw_dev_close(dev);
+    close(fds[0]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_sided),
+        cmocka_unit_test(test_two_sided_echo),
+        cmocka_unit_test(test_rnr_across),
+        cmocka_unit_test(test_dead_peer),
+        cmocka_unit_test(test_stale_cleanup_on_open),
+    };
+    char ns[32];
+
+    /* Our own namespace: devices other tests open meanwhile must not clean
+     * (or list) the stale segments these tests look at. */
+    snprintf(ns, sizeof(ns), "swproc%u", (unsigned)getpid());
+    setenv("VQP_SW_NAMESPACE", ns, 1);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
