@@ -609,6 +609,15 @@ static void test_db_batch(void **state)
     /* A lone WQE after a batch goes by BlueFlame again. */
     idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
     assert_memory_equal((char *)bf + FAKE_BF_SIZE, ctrl_at(f, idx), 64);
+
+    /* A post without MORE after batched ones rings for all of them with the
+     * 8-byte doorbell: a BlueFlame copy would carry only the newest WQE. */
+    memset(bf, 0, 2 * FAKE_BF_SIZE);
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 6);
+    assert_memory_equal(&bf[0], ctrl_at(f, idx), 8);
+    assert_int_equal(bf[1], 0);
 }
 
 int main(void)
