@@ -56,7 +56,8 @@ uint64_t vqp_sw_proc_start_time(uint32_t pid)
     buf[n] = '\0';
     /* The command name may hold spaces: fields count from the last ')'. */
     p = strrchr(buf, ')');
-    if (p == NULL) {
+    /* A zombie has no memory left to reach: as good as gone. */
+    if ((p == NULL) || (p[1] != ' ') || (p[2] == 'Z') || (p[2] == 'X')) {
         return 0;
     }
     for (field = 2; (field < 22) && (p != NULL); ++field) {

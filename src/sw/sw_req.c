@@ -377,8 +377,9 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     aseg = (const void *)(w.base + 32);
     switch (w.opcode) {
     case MLX5_OPCODE_NOP:
-        w.n_iov = 0;
-        w.len   = 0;
+        w.n_iov     = 0;
+        w.len       = 0;
+        w.is_inline = false;
         break;
     case MLX5_OPCODE_SEND:
     case MLX5_OPCODE_SEND_IMM:

@@ -556,6 +556,69 @@ static void test_strict_cq_overflow(void **state)
     }
 }
 
+/* The target's inbound ring is full while its owner does not progress:
+ * the sender waits (backpressure, no error), and resumes once the owner
+ * drains the ring; nothing is lost or completed twice. */
+static void test_inbound_backpressure(void **state)
+{
+    enum { N = 4200 };
+    sw_test_cq_t scq, rcq, bcq;
+    sw_test_qp_t qa, qb;
+    struct mlx5_cqe64 cqe;
+    vqp_sw_qp_counters_t c;
+    fx_t *f = *state;
+    unsigned i, n = 0;
+
+    assert_int_equal(sw_test_cq_create(f->devs[0], 8192, &scq), UCS_OK);
+    assert_int_equal(sw_test_cq_create(f->devs[0], 8, &rcq), UCS_OK);
+    assert_int_equal(sw_test_cq_create(f->devs[1], 8192, &bcq), UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(f->devs[0], &scq, &rcq, NULL, 8192, 0, 0, &qa),
+        UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(f->devs[1], &bcq, &bcq, NULL, 8, 8192, 0, &qb),
+        UCS_OK);
+    assert_int_equal(
+        sw_test_qp_connect(&qa, &f->addr[1], qb.qpn, SW_TEST_ACCESS_ALL, 7, 2),
+        UCS_OK);
+    assert_int_equal(
+        sw_test_qp_connect(&qb, &f->addr[0], qa.qpn, SW_TEST_ACCESS_ALL, 7, 2),
+        UCS_OK);
+    for (i = 0; i < N; ++i) {
+        sw_test_post_recv(&qb, f->buf[1], 0 + 8, f->lkey[1]);
+        sw_test_ctrl(&qa, MLX5_OPCODE_SEND, 1, CU, 0);
+        sw_test_ring(&qa, 1);
+    }
+    /* Only A progresses: sends stop once B's ring is full. */
+    for (i = 0; i < 200; ++i) {
+        vqp_sw_progress(f->devs[0]);
+    }
+    while (sw_test_cq_peek(&scq) != NULL) {
+        sw_test_cq_pop(&scq);
+        ++n;
+    }
+    assert_true(n >= 4096);
+    assert_true(n < N);
+    vqp_sw_qp_counters(qa.qp, &c);
+    assert_int_equal(c.errors, 0);
+    assert_int_equal(vqp_sw_qp_state(qa.qp), IBV_QPS_RTS);
+    /* B drains; everything completes once, in order. */
+    for (i = 0; i < N; ++i) {
+        assert_int_equal(sw_test_poll(f->devs, 2, &bcq, &cqe, 2000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+        assert_int_equal(be16toh(cqe.wqe_counter), i);
+    }
+    while (n < N) {
+        assert_int_equal(sw_test_poll(f->devs, 2, &scq, &cqe, 2000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be16toh(cqe.wqe_counter), n);
+        ++n;
+    }
+    assert_true(fx_cq_empty(f, 1, 1) && (sw_test_cq_peek(&bcq) == NULL));
+    vqp_sw_qp_destroy(qa.qp);
+    vqp_sw_qp_destroy(qb.qp);
+}
+
 int main(void)
 {
 #define T(_t) cmocka_unit_test_setup_teardown(_t, setup, teardown)
@@ -586,6 +649,7 @@ int main(void)
         T(test_strict_inline_too_large),
         T(test_strict_rq_overflow),
         T(test_strict_cq_overflow),
+        T(test_inbound_backpressure),
     };
     int ret;
 #undef T
