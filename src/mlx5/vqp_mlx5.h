@@ -50,6 +50,8 @@ enum {
     VQP_MLX5_CQ_ARM_DB  = 1
 };
 
+#define VQP_MLX5_MAX_MSG (1ul << 31) /* bytes per WQE */
+
 /* One local buffer. A zero length is skipped: 0 in a data segment would
  * mean 2 GiB to the device. */
 typedef struct vqp_mlx5_sge {

@@ -183,6 +183,14 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_flush(vqp_mlx5_txwq_t *wq)
     }
 }
 
+/* ds of an inline segment of @a len bytes: header and data, padded. */
+static UCS_F_ALWAYS_INLINE unsigned vqp_mlx5_inl_ds(size_t len)
+{
+    size_t bytes = sizeof(struct mlx5_wqe_inl_data_seg) + len;
+
+    return (bytes + VQP_MLX5_SEG_SIZE - 1) / VQP_MLX5_SEG_SIZE;
+}
+
 /* Write the data part (inline or pointers) at @a seg; returns its ds. */
 static UCS_F_ALWAYS_INLINE unsigned
 vqp_mlx5_txwq_set_data(vqp_mlx5_txwq_t *wq, void *seg,
@@ -208,8 +216,7 @@ vqp_mlx5_txwq_set_data(vqp_mlx5_txwq_t *wq, void *seg,
                                          sge[i].length);
             }
         }
-        return (sizeof(*iseg) + inl_len + VQP_MLX5_SEG_SIZE - 1) /
-               VQP_MLX5_SEG_SIZE;
+        return vqp_mlx5_inl_ds(inl_len);
     }
 
     for (i = 0; i < num_sge; ++i) {
@@ -248,11 +255,12 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
     struct mlx5_wqe_ctrl_seg *ctrl;
     struct mlx5_wqe_raddr_seg *rseg;
     struct mlx5_wqe_atomic_seg *aseg;
-    size_t len = 0;
-    unsigned i, ds, num_bb;
+    unsigned i, ds, nz, num_bb;
+    uint32_t toobig = 0;
+    size_t len      = 0;
     uint8_t fm_ce_se;
     void *seg;
-    int inl = 0;
+    int inl;
 
     if (ucs_unlikely(num_sge > VQP_MLX5_MAX_SGE)) {
         ucs_error("mlx5 qp 0x%x: %u SGEs, at most %d", wq->qpn_ds >> 8, num_sge,
@@ -265,23 +273,25 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    /* Size first, so nothing is written when the WQE does not fit. */
-    ds = 1 + has_raddr + atomic;
-    if (may_inl && (flags & VQP_MLX5_INLINE)) {
-        for (i = 0; i < num_sge; ++i) {
-            len += sge[i].length;
-        }
-        inl = (len <= wq->max_inline);
+    /* Size first, so nothing is written when the WQE does not fit. A data
+     * segment holds 31 bits of length; a message is at most 2 GiB. */
+    for (i = 0, nz = 0; i < num_sge; ++i) {
+        len += sge[i].length;
+        nz += (sge[i].length != 0);
+        toobig |= (sge[i].length >= VQP_MLX5_MAX_MSG);
     }
-    if (inl) {
-        ds += (len == 0) ? 0
-                         : (sizeof(struct mlx5_wqe_inl_data_seg) + len +
-                            VQP_MLX5_SEG_SIZE - 1) /
-                               VQP_MLX5_SEG_SIZE;
-    } else {
-        for (i = 0; i < num_sge; ++i) {
-            ds += (sge[i].length != 0);
-        }
+    if (ucs_unlikely(toobig || (len > VQP_MLX5_MAX_MSG))) {
+        ucs_error("mlx5 qp 0x%x: message of %zu bytes in %u SGEs: at most"
+                  " 2^31 bytes, each SGE less",
+                  wq->qpn_ds >> 8, len, num_sge);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ds  = 1 + has_raddr + atomic;
+    inl = may_inl && (flags & VQP_MLX5_INLINE) && (len <= wq->max_inline);
+    if (!inl) {
+        ds += nz;
+    } else if (len != 0) {
+        ds += vqp_mlx5_inl_ds(len);
     }
     num_bb = (ds * VQP_MLX5_SEG_SIZE + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
     if (ucs_unlikely(num_bb > vqp_mlx5_txwq_avail(wq))) {

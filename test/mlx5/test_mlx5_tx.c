@@ -252,6 +252,21 @@ static void test_multi_bb(void **state)
         UCS_ERR_INVALID_PARAM);
     assert_int_equal(f->wq.pi, 7);
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 7);
+
+    /* A data segment holds 31 bits; a WQE moves at most 2 GiB. */
+    sges[0].length = 0x80000000u;
+    assert_int_equal(vqp_mlx5_post_write(&f->wq, sges, 1, 0x1, 2, 0),
+                     UCS_ERR_INVALID_PARAM);
+    sges[0].length = 0x7fffffffu;
+    sges[1].length = 2;
+    assert_int_equal(vqp_mlx5_post_read(&f->wq, sges, 2, 0x1, 2, 0),
+                     UCS_ERR_INVALID_PARAM);
+    assert_int_equal(f->wq.pi, 7);
+    sges[1].length = 1; /* exactly 2 GiB in two pieces */
+    idx            = vqp_mlx5_post_read(&f->wq, sges, 2, 0x1, 2, 0);
+    assert_int_equal(idx, 7);
+    check_dseg(seg_at(f, 7, 2), &sges[0]);
+    check_dseg(seg_at(f, 7, 3), &sges[1]);
 }
 
 static void test_inline(void **state)
