@@ -138,6 +138,11 @@ ucs_status_t vqp_dev_open(const char *name, const vqp_dev_open_params_t *params,
         vqp_dev_open_params_default(&defaults);
         params = &defaults;
     }
+    if (params->gid_index < -1) {
+        ucs_error("%s: GID index %d is invalid (-1: automatic)", name,
+                  params->gid_index);
+        return UCS_ERR_INVALID_PARAM;
+    }
 
     if (!strcmp(name, VQP_DEV_SW_NAME)) {
         return vqp_dev_sw_open(name, dev_p);
@@ -563,8 +568,10 @@ ucs_status_t vqp_dev_qp_connect(vqp_dev_qp_t *qp,
                   qp->dev->attr.name, qp->qpn, vqp_dev_qp_state_str(qp->state));
         return UCS_ERR_INVALID_PARAM;
     }
-    if (remote->qpn > 0xffffff) {
-        ucs_error("%s: QP 0x%x: remote QPN 0x%x does not fit 24 bits",
+    /* QPNs 0 and 1 are the IB management QPs (SMI, GSI), never an RC peer. */
+    if ((remote->qpn < 2) || (remote->qpn > 0xffffff)) {
+        ucs_error("%s: QP 0x%x: remote QPN 0x%x is not an RC QP number "
+                  "(2..0xffffff)",
                   qp->dev->attr.name, qp->qpn, remote->qpn);
         return UCS_ERR_INVALID_PARAM;
     }

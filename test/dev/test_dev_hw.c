@@ -136,6 +136,10 @@ static void test_open_bad_names(void **state)
     assert_int_equal(vqp_dev_open("mlx5_0:1", &params, NULL),
                      UCS_ERR_INVALID_PARAM);
     expect_log("NULL dev_p");
+    params.gid_index = -2;
+    assert_int_equal(vqp_dev_open("mlx5_0:1", &params, &dev),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("mlx5_0:1: GID index -2 is invalid (-1: automatic)");
     assert_null(dev);
 }
 

@@ -443,6 +443,75 @@ static void test_qp_errors(void **state)
     assert_int_equal(vqp_dev_close(other), UCS_OK);
 }
 
+/* Failures inside the software device reach the caller with its status
+ * and log line, and leave nothing half-created behind. */
+static void test_sw_failures_propagate(void **state)
+{
+    enum { MAX_TRY = 2048 };
+    static vqp_dev_srq_t *srqs[MAX_TRY];
+    static vqp_dev_cq_t *cqs[MAX_TRY];
+    static vqp_dev_mr_t *mrs[MAX_TRY];
+    struct mlx5dv_srq dv_srq;
+    struct mlx5dv_cq dv_cq;
+    vqp_dev_t *dev = NULL;
+    uint32_t lkey, rkey;
+    ucs_status_t status;
+    unsigned n, i;
+    char buf[64];
+
+    setenv("VQP_SW_FAULTS", "no-such-fault", 1);
+    assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &dev),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("VQP_SW_FAULTS");
+    assert_null(dev);
+    unsetenv("VQP_SW_FAULTS");
+
+    /* Exhaust each table of the device: the first refusal is reported. */
+    dev = open_sw();
+    for (n = 0; n < MAX_TRY; ++n) {
+        status = vqp_dev_srq_create(dev, 1, 1, &srqs[n], &dv_srq);
+        if (status != UCS_OK) {
+            break;
+        }
+    }
+    assert_true((n > 0) && (n < MAX_TRY));
+    assert_true(test_log_last[0] != '\0');
+    test_log_last[0] = '\0';
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(vqp_dev_srq_destroy(srqs[i]), UCS_OK);
+    }
+
+    for (n = 0; n < MAX_TRY; ++n) {
+        status = vqp_dev_cq_create(dev, 1, &cqs[n], &dv_cq);
+        if (status != UCS_OK) {
+            break;
+        }
+    }
+    assert_true((n > 0) && (n < MAX_TRY));
+    assert_true(test_log_last[0] != '\0');
+    test_log_last[0] = '\0';
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(vqp_dev_cq_destroy(cqs[i]), UCS_OK);
+    }
+
+    for (n = 0; n < MAX_TRY; ++n) {
+        status = vqp_dev_mr_reg(dev, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE,
+                                &mrs[n], &lkey, &rkey);
+        if (status != UCS_OK) {
+            break;
+        }
+    }
+    assert_true((n > 0) && (n < MAX_TRY));
+    assert_true(test_log_last[0] != '\0');
+    test_log_last[0] = '\0';
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(vqp_dev_mr_dereg(mrs[i]), UCS_OK);
+    }
+
+    /* Every object was accounted exactly once: the device closes. */
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+}
+
 /* ------------------------------------------------------------ connection */
 
 /* @a from writes @a len bytes of its buffer into @a to's buffer; checks the
@@ -583,11 +652,24 @@ static void test_connect_errors(void **state)
     expect_log("cannot reach");
     assert_int_equal(vqp_dev_qp_state(a.qp), IBV_QPS_RESET);
 
+    /* A live process without that device instance: the software device
+     * finds no segment to attach to. */
+    remote = addr_b;
+    remote.dev.sw.instance += 1000;
+    assert_int_equal(vqp_dev_qp_connect(a.qp, &remote, &params),
+                     UCS_ERR_UNREACHABLE);
+    expect_log("not found");
+    assert_int_equal(vqp_dev_qp_state(a.qp), IBV_QPS_RESET);
+
     remote     = addr_b;
     remote.qpn = 0x1000000;
     assert_int_equal(vqp_dev_qp_connect(a.qp, &remote, &params),
                      UCS_ERR_INVALID_PARAM);
-    expect_log("remote QPN 0x1000000 does not fit 24 bits");
+    expect_log("remote QPN 0x1000000 is not an RC QP number");
+    remote.qpn = 1;
+    assert_int_equal(vqp_dev_qp_connect(a.qp, &remote, &params),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("remote QPN 0x1 is not an RC QP number (2..0xffffff)");
 
     /* Parameters out of range. */
     bad               = params;
@@ -830,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_srq),
         cmocka_unit_test(test_qp),
         cmocka_unit_test(test_qp_errors),
+        cmocka_unit_test(test_sw_failures_propagate),
         cmocka_unit_test(test_connect_two_instances),
         cmocka_unit_test(test_set_error_flushes),
         cmocka_unit_test(test_connect_errors),
