@@ -1,0 +1,176 @@
+/*
+ * Multi-QP core (libvqp): the whole interface of the layer.
+ *
+ * A virtual QP drives N physical RC QPs (possibly on several devices) as one
+ * QP. RDMA WRITE / WRITE_IMM / READ larger than the striping threshold are cut
+ * into fragments spread over the QPs that have room; SEND and atomics go to
+ * the primary QP. Completions of all physical QPs of a device land on one CQ,
+ * are routed by QP number (never by opcode) and reported once per operation,
+ * in posting order, with the first error as status.
+ *
+ * WRITE_IMM notifications reach the receiver in order with the user's
+ * immediate data:
+ *  - SPRAY: data fragments are plain WRITEs; once all of them completed, one
+ *    zero-length WRITE_IMM with the user's immediate goes on the notify QP.
+ *  - DQPLB: every fragment is a WRITE_IMM carrying a 24-bit sequence number;
+ *    the operation ends with a 4-byte SEND_IMM carrying its last sequence
+ *    number and the user's immediate. The receiver reorders in a bounded
+ *    window and reports one notification per operation.
+ * Plain WRITE and READ are striped the same way under both schemes and never
+ * involve the receiver.
+ *
+ * A physical QP that fails is excluded from dispatch; its unfinished WRITE and
+ * READ fragments are replayed on the surviving QPs (the DQPLB receiver drops
+ * duplicate sequence numbers). Only when no QP survives do operations fail,
+ * each exactly once.
+ */
+#ifndef VQP_H_
+#define VQP_H_
+
+#include <dev/vqp_dev.h>
+#include <ucs/type/status.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Devices one virtual QP may span. */
+#define VQP_MAX_DEVS 4
+
+typedef struct vqp_cq vqp_cq_t;
+typedef struct vqp vqp_t;
+
+typedef enum vqp_lb { VQP_LB_DQPLB, VQP_LB_SPRAY } vqp_lb_t;
+
+typedef enum vqp_opcode {
+    VQP_OP_WRITE,
+    VQP_OP_WRITE_IMM,
+    VQP_OP_READ,
+    VQP_OP_SEND,
+    VQP_OP_SEND_IMM,
+    VQP_OP_ATOMIC_FA,
+    VQP_OP_ATOMIC_CS,
+    VQP_OP_FLUSH,      /* completes when everything posted before it has */
+    VQP_OP_RECV,       /* completion of a data receive (SEND arrived) */
+    VQP_OP_RECV_NOTIFY /* completion of a notification (WRITE_IMM arrived) */
+} vqp_opcode_t;
+
+enum {
+    VQP_SEND_SIGNALED = 1u << 0, /* report a completion for this operation */
+    VQP_SEND_FENCE    = 1u << 1, /* start after all earlier ones completed */
+    VQP_SEND_INLINE   = 1u << 2  /* small data may be copied into the WQE */
+};
+
+/* One operation. Keys are per device: index d is the key on the virtual QP's
+ * device d (see vqp_params_t.devs). */
+typedef struct vqp_send_wr {
+    uint64_t wr_id;
+    vqp_opcode_t opcode;
+    unsigned flags;
+    uint64_t local_addr;
+    uint64_t length;
+    uint64_t remote_addr;
+    uint32_t lkey[VQP_MAX_DEVS];
+    uint32_t rkey[VQP_MAX_DEVS];
+    uint32_t imm;         /* WRITE_IMM / SEND_IMM, host order */
+    uint64_t compare_add; /* ATOMIC_FA: add; ATOMIC_CS: compare */
+    uint64_t swap;        /* ATOMIC_CS */
+} vqp_send_wr_t;
+
+/* A receive: length > 0 is a buffer for a SEND; length 0 is a notification
+ * slot for a WRITE_IMM. */
+typedef struct vqp_recv_wr {
+    uint64_t wr_id;
+    uint64_t addr;
+    uint64_t length;
+    uint32_t lkey[VQP_MAX_DEVS];
+} vqp_recv_wr_t;
+
+enum { VQP_WC_WITH_IMM = 1u << 0 };
+
+typedef struct vqp_wc {
+    uint64_t wr_id;
+    ucs_status_t status;
+    vqp_opcode_t opcode;
+    unsigned flags;    /* VQP_WC_* */
+    uint32_t imm;      /* host order, with VQP_WC_WITH_IMM */
+    uint64_t byte_len; /* receives: bytes that arrived */
+    vqp_t *vqp;
+} vqp_wc_t;
+
+/* Completion delivery by callback (the UCT glue's way). */
+typedef void (*vqp_comp_cb_t)(void *arg, const vqp_wc_t *wc);
+
+/* ------------------------------------------------------------ virtual CQ */
+
+typedef struct vqp_cq_params {
+    vqp_dev_t *devs[VQP_MAX_DEVS]; /* one physical CQ on each */
+    unsigned num_devs;
+    uint32_t cqe;      /* entries per physical CQ */
+    unsigned max_poll; /* CQEs handled per device per poll call */
+} vqp_cq_params_t;
+
+void vqp_cq_params_default(vqp_cq_params_t *params);
+ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p);
+/* UCS_ERR_BUSY while virtual QPs still use it. */
+ucs_status_t vqp_cq_destroy(vqp_cq_t *cq);
+
+/* Runs the devices and handles at most max_poll CQEs per device, delivering
+ * completions of callback-mode QPs. Returns the number of CQEs handled. */
+unsigned vqp_cq_progress(vqp_cq_t *cq);
+
+/* vqp_cq_progress(), then returns up to @a max completions of QPs without a
+ * callback, in posting order per QP and direction. Completions that do not
+ * fit stay queued for the next call. */
+unsigned vqp_cq_poll(vqp_cq_t *cq, vqp_wc_t *wcs, unsigned max);
+
+/* ------------------------------------------------------------ virtual QP */
+
+typedef struct vqp_params {
+    vqp_cq_t *cq;
+    unsigned num_qps; /* data QPs, >= 1 */
+    vqp_lb_t lb;
+    uint64_t frag_size;        /* bytes per fragment */
+    uint64_t stripe_threshold; /* smaller RDMA ops use one QP */
+    unsigned max_outstanding;  /* fragments in flight per QP */
+    unsigned max_ops;          /* operations in flight (send side) */
+    unsigned max_recvs;        /* posted receives (each kind) */
+    uint32_t max_inline;
+    vqp_comp_cb_t comp_cb; /* NULL: completions via vqp_cq_poll */
+    void *comp_arg;
+    vqp_dev_connect_params_t connect; /* timeouts, retries, access */
+} vqp_params_t;
+
+void vqp_params_default(vqp_params_t *params);
+ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p);
+
+/* Operations still in flight complete with UCS_ERR_CANCELED (each once) before
+ * the QPs are destroyed. */
+void vqp_destroy(vqp_t *vqp);
+
+/* What the peer needs to connect: all QP addresses and the parameters both
+ * sides must agree on. */
+size_t vqp_address_size(const vqp_t *vqp);
+ucs_status_t vqp_address_pack(const vqp_t *vqp, void *buf, size_t max,
+                              size_t *len_p);
+/* The i-th QP connects to the peer's i-th QP. The peer must have the same QP
+ * count and load-balancing scheme (UCS_ERR_INVALID_PARAM otherwise). */
+ucs_status_t vqp_connect(vqp_t *vqp, const void *addr, size_t len);
+
+/* UCS_OK: accepted (completion later if VQP_SEND_SIGNALED);
+ * UCS_ERR_NO_RESOURCE: not started, try again after completions;
+ * other errors: invalid request, nothing started. */
+ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr);
+ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr);
+
+typedef struct vqp_stats {
+    uint64_t ops_posted;
+    uint64_t frags_posted;
+    uint64_t frags_replayed;
+    uint64_t ops_completed;
+    uint64_t notifies_received;
+    uint64_t dqplb_duplicates;
+    unsigned qps_alive;
+} vqp_stats_t;
+
+void vqp_query_stats(const vqp_t *vqp, vqp_stats_t *stats);
+
+#endif

@@ -1,0 +1,221 @@
+/*
+ * Virtual CQ: one physical CQ per device, the QPN table that routes each CQE
+ * to its physical QP (and so to its virtual QP), bounded polling, and the
+ * completion ring of QPs that report by vqp_cq_poll() instead of a callback.
+ */
+#include <config.h>
+
+#include "vqp_int.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/math.h>
+#include <string.h>
+
+void vqp_cq_params_default(vqp_cq_params_t *params)
+{
+    memset(params, 0, sizeof(*params));
+    params->cqe      = 4096;
+    params->max_poll = 64;
+}
+
+ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
+{
+    struct mlx5dv_cq dv;
+    ucs_status_t status;
+    vqp_cq_t *cq;
+    unsigned i;
+
+    if ((params->num_devs == 0) || (params->num_devs > VQP_MAX_DEVS) ||
+        (params->cqe == 0) || (params->max_poll == 0)) {
+        ucs_error("vqp cq: %u devices (1..%d), %u CQEs, max_poll %u: invalid",
+                  params->num_devs, VQP_MAX_DEVS, params->cqe,
+                  params->max_poll);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    cq = ucs_calloc(1, sizeof(*cq), "vqp_cq");
+    if (cq == NULL) {
+        ucs_error("vqp cq: out of memory");
+        return UCS_ERR_NO_MEMORY;
+    }
+    cq->max_poll = params->max_poll;
+
+    for (i = 0; i < params->num_devs; ++i) {
+        if (params->devs[i] == NULL) {
+            ucs_error("vqp cq: device %u is NULL", i);
+            status = UCS_ERR_INVALID_PARAM;
+            goto err;
+        }
+        cq->devs[i].dev = params->devs[i];
+        status          = vqp_dev_cq_create(params->devs[i], params->cqe,
+                                            &cq->devs[i].dev_cq, &dv);
+        if (status != UCS_OK) {
+            goto err;
+        }
+        cq->num_devs = i + 1;
+        status       = vqp_mlx5_cq_init(&cq->devs[i].cq, &dv);
+        if (status != UCS_OK) {
+            goto err;
+        }
+    }
+
+    *cq_p = cq;
+    return UCS_OK;
+
+err:
+    vqp_cq_destroy(cq);
+    return status;
+}
+
+ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
+{
+    unsigned i, j;
+
+    if (cq->num_vqps != 0) {
+        ucs_error("vqp cq %p: %u virtual QPs still use it", cq, cq->num_vqps);
+        return UCS_ERR_BUSY;
+    }
+    for (i = 0; i < cq->num_devs; ++i) {
+        for (j = 0; j < VQP_QPN_HIGH_SIZE; ++j) {
+            ucs_free(cq->devs[i].qpn_table[j]);
+        }
+        if (cq->devs[i].dev_cq != NULL) {
+            vqp_dev_cq_destroy(cq->devs[i].dev_cq);
+        }
+    }
+    ucs_free(cq->wcs);
+    ucs_free(cq);
+    return UCS_OK;
+}
+
+ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
+{
+    vqp_pqp_t ***chunk =
+        &cq->devs[pqp->dev].qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
+    vqp_pqp_t **slot;
+
+    if (*chunk == NULL) {
+        *chunk = ucs_calloc(VQP_QPN_LOW_SIZE, sizeof(**chunk), "vqp_qpn");
+        if (*chunk == NULL) {
+            ucs_error("vqp cq: out of memory for the QPN table");
+            return UCS_ERR_NO_MEMORY;
+        }
+    }
+    slot = &(*chunk)[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)];
+    if (*slot != NULL) {
+        ucs_error("vqp cq: QPN 0x%x on device %u is already registered",
+                  pqp->qpn, pqp->dev);
+        return UCS_ERR_ALREADY_EXISTS;
+    }
+    *slot = pqp;
+    return UCS_OK;
+}
+
+void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
+{
+    vqp_pqp_t **chunk =
+        cq->devs[pqp->dev].qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
+
+    if ((chunk != NULL) && (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp)) {
+        chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
+    }
+}
+
+/* Grow (or shrink the reservation of) the completion ring; slow path, called
+ * when a virtual QP is created or destroyed. */
+ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta)
+{
+    unsigned need = cq->wc_reserved + delta;
+    uint32_t size, i, count;
+    vqp_wc_t *wcs;
+
+    /* Completions of destroyed QPs still in the ring take room too. */
+    if ((delta <= 0) ||
+        ((cq->wcs != NULL) && (need + cq->wc_stale <= cq->wc_mask + 1))) {
+        cq->wc_reserved = need;
+        return UCS_OK;
+    }
+
+    size = ucs_roundup_pow2(need + cq->wc_stale);
+    wcs  = ucs_malloc(size * sizeof(*wcs), "vqp_wcs");
+    if (wcs == NULL) {
+        ucs_error("vqp cq: out of memory for %u completions", size);
+        return UCS_ERR_NO_MEMORY;
+    }
+    count = VQP_RING_COUNT(cq->wc_head, cq->wc_tail);
+    for (i = 0; i < count; ++i) {
+        wcs[i] = cq->wcs[(cq->wc_head + i) & cq->wc_mask];
+    }
+    ucs_free(cq->wcs);
+    cq->wcs         = wcs;
+    cq->wc_mask     = size - 1;
+    cq->wc_head     = 0;
+    cq->wc_tail     = count;
+    cq->wc_reserved = need;
+    return UCS_OK;
+}
+
+static unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
+{
+    struct mlx5_cqe64 *cqe;
+    vqp_pqp_t **chunk;
+    vqp_pqp_t *pqp;
+    unsigned count;
+    uint32_t qpn;
+
+    /* Bounded: a busy device must not keep its caller here (T9). */
+    for (count = 0; count < cq->max_poll; ++count) {
+        cqe = vqp_mlx5_cq_poll(&cdev->cq);
+        if (cqe == NULL) {
+            break;
+        }
+
+        qpn   = vqp_mlx5_cqe_qpn(cqe);
+        chunk = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS];
+        pqp   = (chunk == NULL) ? NULL : chunk[qpn & (VQP_QPN_LOW_SIZE - 1)];
+        if (ucs_unlikely(pqp == NULL)) {
+            /* A QP destroyed with CQEs still queued. */
+            ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
+            continue;
+        }
+        vqp_handle_cqe(pqp, cqe);
+    }
+    if (count != 0) {
+        vqp_mlx5_cq_update_ci(&cdev->cq);
+    }
+    return count;
+}
+
+unsigned vqp_cq_progress(vqp_cq_t *cq)
+{
+    unsigned i, count = 0;
+
+    for (i = 0; i < cq->num_devs; ++i) {
+        vqp_dev_progress(cq->devs[i].dev);
+        count += vqp_cq_poll_dev(cq, &cq->devs[i]);
+    }
+    return count;
+}
+
+unsigned vqp_cq_poll(vqp_cq_t *cq, vqp_wc_t *wcs, unsigned max)
+{
+    unsigned count = 0;
+    vqp_wc_t *wc;
+
+    vqp_cq_progress(cq);
+    while ((count < max) && (cq->wc_head != cq->wc_tail)) {
+        wc = &cq->wcs[cq->wc_head++ & cq->wc_mask];
+        if (wc->vqp == NULL) {
+            /* Its QP was destroyed: the completion is still the user's. */
+            --cq->wc_stale;
+        } else if ((wc->opcode == VQP_OP_RECV) ||
+                   (wc->opcode == VQP_OP_RECV_NOTIFY)) {
+            --wc->vqp->wc_pending_recvs;
+        } else {
+            --wc->vqp->wc_pending_ops;
+        }
+        wcs[count++] = *wc;
+    }
+    return count;
+}

@@ -1,0 +1,247 @@
+/*
+ * Multi-QP core internals: physical QP state, the operation ring, fragment
+ * records, the DQPLB receive window and the virtual CQ's QPN table. Shared by
+ * the core's .c files and its inline fast path (vqp_fast.inl).
+ */
+#ifndef VQP_INT_H_
+#define VQP_INT_H_
+
+#include "vqp.h"
+
+#include <mlx5/vqp_mlx5.h>
+#include <ucs/datastruct/list.h>
+
+/* QPN -> physical QP: a two-level table indexed by the QPN's bits (24 bits:
+ * 12 + 12), so routing a CQE costs two loads and no hash. */
+#define VQP_QPN_LOW_BITS  12
+#define VQP_QPN_HIGH_SIZE (1u << (24 - VQP_QPN_LOW_BITS))
+#define VQP_QPN_LOW_SIZE  (1u << VQP_QPN_LOW_BITS)
+
+/* DQPLB: sequence numbers are 24 bits; the final message of an operation
+ * carries its sequence number with this flag in a 4-byte payload. */
+#define VQP_DQPLB_SEQ_MASK 0xffffffu
+#define VQP_DQPLB_LAST     0x80000000u /* FINAL payload: ends an operation */
+/* Immediate flags of a zero-length WRITE_IMM that fills the sequence number
+ * of a fragment that failed for good: the receiver advances past it and
+ * fails the operation's notification instead of waiting forever. */
+#define VQP_DQPLB_ABORT 0x40000000u
+#define VQP_DQPLB_END   0x20000000u
+
+typedef enum vqp_frag_kind {
+    VQP_FRAG_DATA,   /* one fragment of a striped WRITE / WRITE_IMM / READ */
+    VQP_FRAG_WHOLE,  /* a whole unstriped operation on one QP */
+    VQP_FRAG_NOTIFY, /* SPRAY: zero-length WRITE_IMM on the notify QP */
+    VQP_FRAG_FINAL,  /* DQPLB: SEND_IMM closing an operation */
+    VQP_FRAG_NOP     /* FLUSH: signaled NOP covering the QP's earlier WQEs */
+} vqp_frag_kind_t;
+
+enum {
+    VQP_WIN_EMPTY   = 0,
+    VQP_WIN_ARRIVED = 1 << 0,
+    VQP_WIN_END     = 1 << 1, /* last number of an operation */
+    VQP_WIN_ABORT   = 1 << 2
+};
+
+typedef enum vqp_qp_role {
+    VQP_ROLE_DATA,   /* carries striped fragments */
+    VQP_ROLE_NOTIFY, /* SPRAY notify QP */
+    VQP_ROLE_SEND    /* DQPLB: SEND / atomics / small ops and user receives */
+} vqp_qp_role_t;
+
+/* A posted WQE the core waits for. */
+typedef struct vqp_frag {
+    uint64_t offset; /* within the operation */
+    uint32_t op;     /* operation ring counter */
+    uint32_t len;
+    uint32_t seq; /* DQPLB sequence number (DATA / FINAL) */
+    uint16_t wqe; /* index of the WQE's first BB */
+    uint8_t kind; /* vqp_frag_kind_t */
+} vqp_frag_t;
+
+typedef struct vqp_pqp {
+    vqp_mlx5_txwq_t tx;
+    vqp_frag_t *frags; /* ring of posted WQEs in posting order */
+    uint32_t frag_head;
+    uint32_t frag_tail;
+    uint32_t frag_mask;
+    uint8_t alive;
+    uint8_t role;       /* vqp_qp_role_t */
+    ucs_status_t error; /* why it died */
+    uint8_t dev;        /* index into the virtual CQ's devices */
+    uint16_t index;
+    vqp_t *vqp;
+    vqp_mlx5_rxwq_t rx;
+    uint32_t rx_cap; /* receives the core keeps posted (0: none) */
+    uint32_t slot_base;
+    uint64_t *rx_wr_id; /* user receives: wr_id per RQ slot */
+    vqp_dev_qp_t *dev_qp;
+    uint32_t qpn;
+} vqp_pqp_t;
+
+typedef struct vqp_op {
+    uint64_t wr_id;
+    uint64_t laddr;
+    uint64_t length;
+    uint64_t raddr;
+    uint64_t compare_add;
+    uint64_t swap;
+    uint32_t lkey[VQP_MAX_DEVS];
+    uint32_t rkey[VQP_MAX_DEVS];
+    uint32_t remaining; /* WQEs still to complete (posted or not) */
+    uint32_t nfrags;    /* data fragments in all */
+    uint32_t posted;    /* data fragments posted */
+    uint32_t first_seq; /* DQPLB */
+    uint32_t imm;
+    ucs_status_t status; /* first error */
+    uint8_t opcode;      /* vqp_opcode_t */
+    uint8_t flags;       /* VQP_SEND_* */
+    uint8_t striped;
+    uint8_t tail_posted; /* notify / final / NOPs posted */
+} vqp_op_t;
+
+/* A bounded ring of 32-bit counters' worth of entries. */
+#define VQP_RING_COUNT(_head, _tail) ((uint32_t)((_tail) - (_head)))
+
+struct vqp {
+    vqp_cq_t *cq;
+    vqp_pqp_t *qps;       /* data QPs, then the extra QP if any */
+    unsigned num_qps;     /* data QPs */
+    unsigned num_pqps;    /* all physical QPs */
+    unsigned alive;       /* data QPs alive */
+    unsigned rr;          /* round-robin cursor over data QPs */
+    vqp_pqp_t *send_qp;   /* SEND, atomics, unstriped ops, user recvs */
+    vqp_pqp_t *notify_qp; /* SPRAY only */
+    vqp_lb_t lb;
+    uint64_t frag_size;
+    uint64_t stripe_threshold;
+    ucs_status_t fatal; /* set when no data QP survives */
+
+    /* Operations: [head, disp) dispatched, [disp, tail) waiting;
+     * notify: SPRAY cursor of the next notify to post, in order. */
+    vqp_op_t *ops;
+    uint32_t op_mask;
+    uint32_t op_head;
+    uint32_t op_disp;
+    uint32_t op_notify;
+    uint32_t op_tail;
+
+    /* Fragments of failed QPs waiting for a surviving QP. */
+    vqp_frag_t *replay;
+    uint32_t replay_mask;
+    uint32_t replay_head;
+    uint32_t replay_tail;
+
+    /* DQPLB sender: next sequence number, and which of the last
+     * send_window numbers completed; a fragment is posted only while its
+     * number is within the window of the oldest one not yet completed, so
+     * the receiver's window (twice as large) cannot overflow. */
+    uint32_t send_seq;
+    uint32_t send_floor;
+    uint32_t send_window;
+    uint8_t *send_acked;
+
+    /* Receiver: DQPLB reorder window (power of two). */
+    uint8_t *win_state; /* VQP_WIN_* per sequence number */
+    uint32_t *win_imm;
+    uint32_t win_mask;
+    uint32_t win_next;
+    uint8_t win_aborted; /* the operation being assembled failed */
+
+    /* Receiver: notifications that arrived vs. user notification slots. */
+    uint32_t *arrived_imm;
+    uint8_t *arrived_failed;
+    uint32_t arrived_mask;
+    uint32_t arrived_head;
+    uint32_t arrived_tail;
+    uint64_t *nrecv_wr_id;
+    uint32_t nrecv_mask;
+    uint32_t nrecv_head;
+    uint32_t nrecv_tail;
+
+    /* 4-byte receive slots of the QPs the core receives on itself. */
+    uint32_t *slots;
+    size_t slots_len;
+    vqp_dev_mr_t *slot_mr[VQP_MAX_DEVS];
+    uint32_t slot_lkey[VQP_MAX_DEVS];
+
+    /* One 8-byte result slot per operation ring entry for atomics. */
+    uint64_t *atomic_res;
+    vqp_dev_mr_t *atomic_mr[VQP_MAX_DEVS];
+    uint32_t atomic_lkey[VQP_MAX_DEVS];
+
+    vqp_comp_cb_t comp_cb;
+    void *comp_arg;
+    unsigned wc_reserve; /* entries reserved in the CQ's wc ring */
+    /* Completions waiting in the CQ's wc ring still count against max_ops /
+     * max_recvs, so the ring cannot overflow when the user posts without
+     * polling. */
+    unsigned max_ops;
+    unsigned max_recvs;
+    unsigned wc_pending_ops;
+    unsigned wc_pending_recvs;
+    vqp_dev_connect_params_t connect;
+    int connected;
+    vqp_stats_t stats;
+};
+
+typedef struct vqp_cq_dev {
+    vqp_dev_t *dev;
+    vqp_dev_cq_t *dev_cq;
+    vqp_mlx5_cq_t cq;
+    vqp_pqp_t **qpn_table[VQP_QPN_HIGH_SIZE];
+} vqp_cq_dev_t;
+
+struct vqp_cq {
+    vqp_cq_dev_t devs[VQP_MAX_DEVS];
+    unsigned num_devs;
+    unsigned max_poll;
+    unsigned num_vqps;
+    /* Completions for QPs without a callback, until vqp_cq_poll takes them.
+     * Sized for every operation and receive its QPs can have in flight, so
+     * it never overflows. */
+    vqp_wc_t *wcs;
+    uint32_t wc_mask;
+    uint32_t wc_head;
+    uint32_t wc_tail;
+    unsigned wc_reserved;
+    unsigned wc_stale; /* entries of destroyed QPs (wc->vqp == NULL) */
+};
+
+/* vqp_cq.c */
+ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp);
+void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp);
+ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
+
+/* vqp_op.c */
+void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe);
+void vqp_fail_all(vqp_t *vqp, ucs_status_t status);
+
+/* vqp_recv.c */
+void vqp_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe, ucs_status_t status);
+ucs_status_t vqp_recv_fill(vqp_pqp_t *pqp);
+void vqp_recv_cancel_notifies(vqp_t *vqp, ucs_status_t status);
+void vqp_recv_cancel_all(vqp_t *vqp);
+void vqp_flush_replenish(vqp_t *vqp);
+/* DQPLB receiver: sequence number @a seq arrived (VQP_WIN_* @a bits). */
+void vqp_win_insert(vqp_t *vqp, uint32_t seq, uint8_t bits, uint32_t imm);
+
+/* Hand one completion to its owner: callback or the CQ's wc ring. */
+static inline void vqp_deliver(vqp_t *vqp, const vqp_wc_t *wc)
+{
+    vqp_cq_t *cq;
+
+    if (vqp->comp_cb != NULL) {
+        vqp->comp_cb(vqp->comp_arg, wc);
+        return;
+    }
+    if ((wc->opcode == VQP_OP_RECV) || (wc->opcode == VQP_OP_RECV_NOTIFY)) {
+        ++vqp->wc_pending_recvs;
+    } else {
+        ++vqp->wc_pending_ops;
+    }
+    cq                                 = vqp->cq;
+    cq->wcs[cq->wc_tail & cq->wc_mask] = *wc;
+    ++cq->wc_tail;
+}
+
+#endif

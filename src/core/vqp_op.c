@@ -1,0 +1,744 @@
+/*
+ * Send side of a virtual QP: accepting operations into the operation ring,
+ * cutting them into fragments and posting them on physical QPs with room,
+ * handling requester CQEs (routed by QPN and wqe_counter, never by opcode),
+ * replaying fragments of failed QPs, and reporting each operation once, in
+ * posting order.
+ */
+#include <config.h>
+
+#include "vqp_int.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/sys/math.h>
+
+#define VQP_OP(_vqp, _n) (&(_vqp)->ops[(_n) & (_vqp)->op_mask])
+
+static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
+{
+    return pqp->alive &&
+           (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <= pqp->frag_mask) &&
+           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB);
+}
+
+/* Round robin over the data QPs that are alive and have room. */
+static UCS_F_ALWAYS_INLINE vqp_pqp_t *vqp_pick_data_qp(vqp_t *vqp)
+{
+    unsigned i, idx = vqp->rr;
+    vqp_pqp_t *pqp;
+
+    for (i = 0; i < vqp->num_qps; ++i) {
+        pqp = &vqp->qps[idx];
+        idx = (idx + 1 == vqp->num_qps) ? 0 : idx + 1;
+        if (vqp_pqp_has_room(pqp)) {
+            vqp->rr = idx;
+            return pqp;
+        }
+    }
+    return NULL;
+}
+
+static UCS_F_ALWAYS_INLINE vqp_mlx5_sge_t vqp_atomic_sge(const vqp_t *vqp,
+                                                         uint32_t opn,
+                                                         unsigned dev)
+{
+    vqp_mlx5_sge_t sge = {(uintptr_t)&vqp->atomic_res[opn & vqp->op_mask],
+                          sizeof(uint64_t), vqp->atomic_lkey[dev]};
+    return sge;
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_op_is_idempotent(const vqp_op_t *op)
+{
+    return (op->opcode == VQP_OP_WRITE) || (op->opcode == VQP_OP_READ) ||
+           (op->opcode == VQP_OP_WRITE_IMM);
+}
+
+/* Where an unstriped operation goes: the send QP keeps SENDs, atomics and
+ * small operations in order with each other. When it died, idempotent ones
+ * may use any data QP; the others have nowhere to go (*dead_p set). */
+static UCS_F_ALWAYS_INLINE vqp_pqp_t *
+vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
+{
+    *dead_p = 0;
+    if (vqp->send_qp->alive) {
+        return vqp_pqp_has_room(vqp->send_qp) ? vqp->send_qp : NULL;
+    }
+    if (vqp_op_is_idempotent(op) && (vqp->alive > 0)) {
+        return vqp_pick_data_qp(vqp);
+    }
+    *dead_p = 1;
+    return NULL;
+}
+
+/* Post one WQE for @a op on @a pqp and remember it. Returns UCS_OK,
+ * UCS_ERR_NO_RESOURCE (nothing posted) or an error for a request the WQE
+ * format refused. */
+static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
+                                  uint8_t kind, uint64_t offset, uint32_t len,
+                                  uint32_t seq)
+{
+    vqp_op_t *op      = VQP_OP(vqp, opn);
+    unsigned d        = pqp->dev;
+    vqp_mlx5_sge_t sg = {op->laddr + offset, len, op->lkey[d]};
+    uint64_t raddr    = op->raddr + offset;
+    unsigned flags    = VQP_MLX5_SIGNALED;
+    uint32_t payload;
+    vqp_frag_t *frag;
+    int ret;
+
+    switch (kind) {
+    case VQP_FRAG_DATA:
+        if (op->opcode == VQP_OP_READ) {
+            ret =
+                vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, op->rkey[d], flags);
+        } else if ((op->opcode == VQP_OP_WRITE_IMM) &&
+                   (vqp->lb == VQP_LB_DQPLB)) {
+            ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                          htobe32(seq), flags);
+        } else {
+            ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                      flags);
+        }
+        break;
+    case VQP_FRAG_WHOLE:
+        flags = (op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0;
+        if (op->flags & VQP_SEND_INLINE) {
+            flags |= VQP_MLX5_INLINE;
+        }
+        switch (op->opcode) {
+        case VQP_OP_WRITE:
+            ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                      flags);
+            break;
+        case VQP_OP_WRITE_IMM:
+            ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                          htobe32(op->imm), flags);
+            break;
+        case VQP_OP_READ:
+            ret =
+                vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, op->rkey[d], flags);
+            break;
+        case VQP_OP_SEND:
+            ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
+            break;
+        case VQP_OP_SEND_IMM:
+            ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm),
+                                         flags);
+            break;
+        case VQP_OP_ATOMIC_FA:
+            sg  = vqp_atomic_sge(vqp, opn, d);
+            ret = vqp_mlx5_post_atomic_fa(&pqp->tx, &sg, op->raddr, op->rkey[d],
+                                          op->compare_add, flags);
+            break;
+        default: /* VQP_OP_ATOMIC_CS */
+            sg  = vqp_atomic_sge(vqp, opn, d);
+            ret = vqp_mlx5_post_atomic_cs(&pqp->tx, &sg, op->raddr, op->rkey[d],
+                                          op->compare_add, op->swap, flags);
+            break;
+        }
+        break;
+    case VQP_FRAG_NOTIFY:
+        ret = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr, op->rkey[d],
+                                      htobe32(op->imm), flags);
+        break;
+    case VQP_FRAG_FINAL:
+        /* The receiver learns the operation's last sequence number from the
+         * payload; the immediate is the user's. Inline: the payload lives on
+         * this stack frame only. */
+        payload = htobe32(seq | VQP_DQPLB_LAST);
+        sg      = (vqp_mlx5_sge_t){(uintptr_t)&payload, sizeof(payload), 0};
+        ret     = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm),
+                                         flags | VQP_MLX5_INLINE);
+        break;
+    default: /* VQP_FRAG_NOP */
+        ret = vqp_mlx5_post_nop(&pqp->tx, flags);
+        break;
+    }
+
+    if (ucs_unlikely(ret < 0)) {
+        return (ucs_status_t)ret;
+    }
+
+    frag         = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    frag->offset = offset;
+    frag->op     = opn;
+    frag->len    = len;
+    frag->seq    = seq;
+    frag->wqe    = (uint16_t)ret;
+    frag->kind   = kind;
+    ++vqp->stats.frags_posted;
+    return UCS_OK;
+}
+
+/* Zero-length WRITE_IMM that stands in for a DQPLB sequence number whose
+ * fragment failed for good (see VQP_DQPLB_ABORT). Not tracked as a fragment
+ * of any operation: posted signaled on a QP with room, or not at all when
+ * none has room, in which case the receiver's notifications stall, as the
+ * whole virtual QP is then failing anyway. */
+static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
+{
+    vqp_pqp_t *pqp = vqp_pick_data_qp(vqp);
+    uint32_t imm   = f->seq | VQP_DQPLB_ABORT |
+                   ((f->kind == VQP_FRAG_FINAL) ? VQP_DQPLB_END : 0);
+    vqp_op_t *op = VQP_OP(vqp, f->op);
+    vqp_frag_t *frag;
+    int ret;
+
+    if (pqp == NULL) {
+        ucs_warn("vqp %p: no QP to report lost sequence number %u to the"
+                 " peer",
+                 vqp, f->seq);
+        return;
+    }
+    ret = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr,
+                                  op->rkey[pqp->dev], htobe32(imm),
+                                  VQP_MLX5_SIGNALED);
+    if (ret < 0) {
+        ucs_warn("vqp %p: failed to post lost sequence number %u: %s", vqp,
+                 f->seq, ucs_status_string((ucs_status_t)ret));
+        return;
+    }
+    /* Tracked as a NOP of no operation so its CQE is accounted. */
+    frag       = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    *frag      = *f;
+    frag->op   = UINT32_MAX;
+    frag->wqe  = (uint16_t)ret;
+    frag->kind = VQP_FRAG_NOP;
+}
+
+static UCS_F_ALWAYS_INLINE void vqp_seq_acked(vqp_t *vqp, uint32_t seq)
+{
+    vqp->send_acked[seq & (vqp->send_window - 1)] = 1;
+    while ((vqp->send_floor != vqp->send_seq) &&
+           vqp->send_acked[vqp->send_floor & (vqp->send_window - 1)]) {
+        vqp->send_acked[vqp->send_floor & (vqp->send_window - 1)] = 0;
+        vqp->send_floor = (vqp->send_floor + 1) & VQP_DQPLB_SEQ_MASK;
+    }
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_seq_room(const vqp_t *vqp)
+{
+    return ((vqp->send_seq - vqp->send_floor) & VQP_DQPLB_SEQ_MASK) <
+           vqp->send_window;
+}
+
+static UCS_F_ALWAYS_INLINE uint32_t vqp_seq_next(vqp_t *vqp)
+{
+    uint32_t seq = vqp->send_seq;
+
+    vqp->send_seq = (seq + 1) & VQP_DQPLB_SEQ_MASK;
+    return seq;
+}
+
+static void vqp_op_fail_unposted(vqp_t *vqp, vqp_op_t *op, ucs_status_t status)
+{
+    uint32_t unposted = op->nfrags - op->posted + !op->tail_posted;
+
+    if (op->status == UCS_OK) {
+        op->status = status;
+    }
+    op->posted      = op->nfrags;
+    op->tail_posted = 1;
+    op->remaining -= ucs_min(unposted, op->remaining);
+}
+
+/* Post what @a op still needs. Returns 1 when nothing of it is left to post
+ * (the dispatch cursor moves on), 0 when it has to wait for room. */
+static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
+{
+    vqp_op_t *op = VQP_OP(vqp, opn);
+    int dqplb = (op->opcode == VQP_OP_WRITE_IMM) && (vqp->lb == VQP_LB_DQPLB);
+    ucs_status_t status;
+    vqp_pqp_t *pqp;
+    uint64_t offset;
+    unsigned i, count;
+    int dead;
+
+    if (ucs_unlikely(vqp->fatal != UCS_OK)) {
+        vqp_op_fail_unposted(vqp, op, vqp->fatal);
+        return 1;
+    }
+
+    if (op->opcode == VQP_OP_FLUSH) {
+        /* A signaled NOP on every QP with WQEs in flight: its CQE covers all
+         * earlier WQEs of that QP, signaled or not. */
+        for (i = 0; i < vqp->num_pqps; ++i) {
+            pqp = &vqp->qps[i];
+            if (pqp->alive && (pqp->frag_head != pqp->frag_tail) &&
+                !vqp_pqp_has_room(pqp)) {
+                return 0;
+            }
+        }
+        count = 0;
+        for (i = 0; i < vqp->num_pqps; ++i) {
+            pqp = &vqp->qps[i];
+            if (pqp->alive && (pqp->frag_head != pqp->frag_tail) &&
+                (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_NOP, 0, 0, 0) ==
+                 UCS_OK)) {
+                ++count;
+            }
+        }
+        op->remaining   = count;
+        op->tail_posted = 1;
+        return 1;
+    }
+
+    if (!op->striped) {
+        pqp = vqp_pick_whole_qp(vqp, op, &dead);
+        if (pqp == NULL) {
+            if (dead) {
+                vqp_op_fail_unposted(vqp, op, vqp->send_qp->error);
+                return 1;
+            }
+            return 0;
+        }
+        status = vqp_post_frag(vqp, pqp, opn, VQP_FRAG_WHOLE, 0, op->length, 0);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return 0;
+        } else if (status != UCS_OK) {
+            vqp_op_fail_unposted(vqp, op, status);
+            return 1;
+        }
+        op->posted      = 1;
+        op->tail_posted = 1;
+        return 1;
+    }
+
+    while (op->posted < op->nfrags) {
+        if (dqplb && !vqp_seq_room(vqp)) {
+            return 0;
+        }
+        pqp = vqp_pick_data_qp(vqp);
+        if (pqp == NULL) {
+            return 0;
+        }
+        offset = op->posted * vqp->frag_size;
+        status = vqp_post_frag(vqp, pqp, opn, VQP_FRAG_DATA, offset,
+                               ucs_min(vqp->frag_size, op->length - offset),
+                               dqplb ? vqp->send_seq : 0);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return 0;
+        } else if (status != UCS_OK) {
+            vqp_op_fail_unposted(vqp, op, status);
+            return 1;
+        }
+        if (dqplb) {
+            if (op->posted == 0) {
+                op->first_seq = vqp->send_seq;
+            }
+            vqp_seq_next(vqp);
+        }
+        ++op->posted;
+    }
+
+    if (dqplb && !op->tail_posted) {
+        if (!vqp_seq_room(vqp) || ((pqp = vqp_pick_data_qp(vqp)) == NULL)) {
+            return 0;
+        }
+        status =
+            vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, 0, 0, vqp->send_seq);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return 0;
+        } else if (status != UCS_OK) {
+            vqp_op_fail_unposted(vqp, op, status);
+            return 1;
+        }
+        vqp_seq_next(vqp);
+        op->tail_posted = 1;
+    }
+    return 1;
+}
+
+/* SPRAY: once all data of an operation completed, its notify goes on the
+ * notify QP; notifies leave in operation order. */
+static void vqp_post_notifies(vqp_t *vqp)
+{
+    vqp_pqp_t *pqp = vqp->notify_qp;
+    ucs_status_t status;
+    vqp_op_t *op;
+
+    for (; vqp->op_notify != vqp->op_disp; ++vqp->op_notify) {
+        op = VQP_OP(vqp, vqp->op_notify);
+        if (!op->striped || (op->opcode != VQP_OP_WRITE_IMM) ||
+            op->tail_posted) {
+            continue;
+        }
+        if (op->remaining > 1) {
+            return; /* data still in flight: later notifies wait */
+        }
+        if ((op->status != UCS_OK) || !pqp->alive) {
+            /* Nothing arrived completely: no notification. */
+            vqp_op_fail_unposted(
+                vqp, op, (op->status != UCS_OK) ? op->status : pqp->error);
+            continue;
+        }
+        if (!vqp_pqp_has_room(pqp)) {
+            return;
+        }
+        status =
+            vqp_post_frag(vqp, pqp, vqp->op_notify, VQP_FRAG_NOTIFY, 0, 0, 0);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return;
+        } else if (status != UCS_OK) {
+            vqp_op_fail_unposted(vqp, op, status);
+            continue;
+        }
+        op->tail_posted = 1;
+    }
+}
+
+static void vqp_dispatch(vqp_t *vqp)
+{
+    vqp_frag_t *f;
+    vqp_pqp_t *pqp;
+    vqp_op_t *op;
+    int dead;
+
+    /* Replays first: they belong to older operations. */
+    while (vqp->replay_head != vqp->replay_tail) {
+        f  = &vqp->replay[vqp->replay_head & vqp->replay_mask];
+        op = VQP_OP(vqp, f->op);
+        if (vqp->fatal != UCS_OK) {
+            if (op->status == UCS_OK) {
+                op->status = vqp->fatal;
+            }
+            --op->remaining;
+        } else {
+            pqp = (f->kind == VQP_FRAG_WHOLE)
+                      ? vqp_pick_whole_qp(vqp, op, &dead)
+                      : vqp_pick_data_qp(vqp);
+            if ((pqp == NULL) ||
+                (vqp_post_frag(vqp, pqp, f->op, f->kind, f->offset, f->len,
+                               f->seq) != UCS_OK)) {
+                break;
+            }
+            ++vqp->stats.frags_replayed;
+        }
+        ++vqp->replay_head;
+    }
+
+    while (vqp->op_disp != vqp->op_tail) {
+        op = VQP_OP(vqp, vqp->op_disp);
+        if ((op->flags & VQP_SEND_FENCE) && (vqp->op_head != vqp->op_disp)) {
+            break; /* starts only after everything before it completed */
+        }
+        if (!vqp_dispatch_op(vqp, vqp->op_disp)) {
+            break;
+        }
+        ++vqp->op_disp;
+    }
+
+    if (vqp->notify_qp != NULL) {
+        vqp_post_notifies(vqp);
+    }
+}
+
+/* Report finished operations at the head, in posting order. Returns
+ * non-zero when any was. */
+static int vqp_report(vqp_t *vqp)
+{
+    uint32_t head = vqp->op_head;
+    vqp_wc_t wc;
+    vqp_op_t *op;
+
+    while (vqp->op_head != vqp->op_disp) {
+        op = VQP_OP(vqp, vqp->op_head);
+        if (op->remaining != 0) {
+            break;
+        }
+        if ((op->status == UCS_OK) && ((op->opcode == VQP_OP_ATOMIC_FA) ||
+                                       (op->opcode == VQP_OP_ATOMIC_CS))) {
+            /* The device returned the old value big-endian into the
+             * operation's own slot (a user buffer shared by several atomics
+             * in flight would be overwritten before we got to it). */
+            *(uint64_t *)(uintptr_t)op->laddr =
+                be64toh(vqp->atomic_res[vqp->op_head & vqp->op_mask]);
+        }
+        ++vqp->op_head;
+        ++vqp->stats.ops_completed;
+        if ((op->flags & VQP_SEND_SIGNALED) || (op->status != UCS_OK)) {
+            wc.wr_id    = op->wr_id;
+            wc.status   = op->status;
+            wc.opcode   = op->opcode;
+            wc.flags    = 0;
+            wc.imm      = 0;
+            wc.byte_len = op->length;
+            wc.vqp      = vqp;
+            vqp_deliver(vqp, &wc);
+        }
+    }
+    if ((int32_t)(vqp->op_notify - vqp->op_head) < 0) {
+        vqp->op_notify = vqp->op_head;
+    }
+    return head != vqp->op_head;
+}
+
+/* After completions: report, and when that unblocked a fenced operation,
+ * dispatch again. */
+static void vqp_advance(vqp_t *vqp)
+{
+    vqp_dispatch(vqp);
+    while (vqp_report(vqp) && (vqp->op_disp != vqp->op_tail)) {
+        vqp_dispatch(vqp);
+    }
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_status_is_transport(ucs_status_t status)
+{
+    /* Flushed because its QP failed, or the path to the peer broke: another
+     * QP may well succeed. Access and protocol errors would fail there too. */
+    return (status == UCS_ERR_CANCELED) || (status == UCS_ERR_ENDPOINT_TIMEOUT);
+}
+
+static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
+{
+    vqp_t *vqp = pqp->vqp;
+    vqp_frag_t *f;
+    vqp_op_t *op;
+
+    if (!pqp->alive) {
+        return;
+    }
+    pqp->alive = 0;
+    pqp->error = status;
+    if (pqp->role == VQP_ROLE_DATA) {
+        --vqp->alive;
+    }
+    ucs_warn("vqp %p: QP 0x%x failed (%s): excluded, %u of %u data QPs left",
+             vqp, pqp->qpn, ucs_status_string(status), vqp->alive,
+             vqp->num_qps);
+    /* Make sure every WQE still queued comes back (flushed). */
+    vqp_dev_qp_set_error(pqp->dev_qp);
+
+    if (vqp->alive == 0) {
+        vqp->fatal = status;
+        /* Replays have nowhere to go: their operations fail now. */
+        while (vqp->replay_head != vqp->replay_tail) {
+            f  = &vqp->replay[vqp->replay_head++ & vqp->replay_mask];
+            op = VQP_OP(vqp, f->op);
+            if (op->status == UCS_OK) {
+                op->status = status;
+            }
+            --op->remaining;
+        }
+        vqp_recv_cancel_notifies(vqp, status);
+    }
+}
+
+static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
+{
+    vqp_op_t *op;
+    int dqplb;
+
+    if (f->op == UINT32_MAX) {
+        return; /* a hole filler: no operation waits for it */
+    }
+    op    = VQP_OP(vqp, f->op);
+    dqplb = (vqp->lb == VQP_LB_DQPLB) &&
+            ((f->kind == VQP_FRAG_FINAL) ||
+             ((f->kind == VQP_FRAG_DATA) && (op->opcode == VQP_OP_WRITE_IMM)));
+
+    if (ucs_likely(status == UCS_OK)) {
+        if (dqplb) {
+            vqp_seq_acked(vqp, f->seq);
+        }
+        --op->remaining;
+        return;
+    }
+
+    if ((vqp->fatal == UCS_OK) && vqp_status_is_transport(status) &&
+        ((f->kind == VQP_FRAG_DATA) || (f->kind == VQP_FRAG_FINAL) ||
+         ((f->kind == VQP_FRAG_WHOLE) && vqp_op_is_idempotent(op)))) {
+        vqp->replay[vqp->replay_tail++ & vqp->replay_mask] = *f;
+        return;
+    }
+
+    if (f->kind == VQP_FRAG_NOP) {
+        /* A flush's NOP: the WQEs it covered are accounted for themselves. */
+        --op->remaining;
+        return;
+    }
+    if (op->status == UCS_OK) {
+        op->status = status;
+    }
+    if (dqplb && (vqp->fatal == UCS_OK)) {
+        /* The receiver must not wait for this number forever. */
+        vqp_post_hole(vqp, f);
+        vqp_seq_acked(vqp, f->seq);
+    }
+    --op->remaining;
+}
+
+/* A requester CQE (success or error) for the WQE at @a wqe_counter: it and
+ * every earlier WQE of the QP are done; earlier ones succeeded. */
+static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
+                       ucs_status_t status)
+{
+    vqp_t *vqp = pqp->vqp;
+    vqp_frag_t *f;
+
+    if (ucs_unlikely(status != UCS_OK)) {
+        vqp_pqp_fail(pqp, status);
+    }
+    vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
+    while (pqp->frag_head != pqp->frag_tail) {
+        f = &pqp->frags[pqp->frag_head++ & pqp->frag_mask];
+        if (f->wqe == wqe_counter) {
+            vqp_frag_done(vqp, f, status);
+            return;
+        }
+        vqp_frag_done(vqp, f, UCS_OK);
+    }
+    ucs_error("vqp %p: QP 0x%x: CQE for WQE %u that was not posted", vqp,
+              pqp->qpn, wqe_counter);
+}
+
+void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe)
+{
+    vqp_t *vqp          = pqp->vqp;
+    uint8_t opcode      = vqp_mlx5_cqe_opcode(cqe);
+    ucs_status_t status = vqp_mlx5_cqe_status(cqe);
+
+    /* The CQE's own kind (requester / responder, error or not) is defined
+     * even on errors; the work request's opcode is not, and is never used. */
+    if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
+        vqp_tx_cqe(pqp, vqp_mlx5_cqe_wqe_counter(cqe), status);
+    } else {
+        vqp_recv_cqe(pqp, cqe, status);
+    }
+    vqp_advance(vqp);
+}
+
+static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    switch (wr->opcode) {
+    case VQP_OP_WRITE:
+    case VQP_OP_WRITE_IMM:
+    case VQP_OP_READ:
+    case VQP_OP_FLUSH:
+        break;
+    case VQP_OP_SEND:
+    case VQP_OP_SEND_IMM:
+        if (wr->length > UINT32_MAX) {
+            ucs_error("vqp %p: SEND of %lu bytes: at most 4 GiB - 1", vqp,
+                      wr->length);
+            return UCS_ERR_INVALID_PARAM;
+        }
+        break;
+    case VQP_OP_ATOMIC_FA:
+    case VQP_OP_ATOMIC_CS:
+        if ((wr->length != 8) || (wr->remote_addr & 7) ||
+            (wr->local_addr & 7)) {
+            ucs_error("vqp %p: atomic needs 8 bytes at 8-byte aligned local"
+                      " and remote addresses (length %lu, local 0x%lx, remote"
+                      " 0x%lx)",
+                      vqp, wr->length, wr->local_addr, wr->remote_addr);
+            return UCS_ERR_INVALID_PARAM;
+        }
+        break;
+    default:
+        ucs_error("vqp %p: opcode %d cannot be posted", vqp, wr->opcode);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (!vqp->connected) {
+        ucs_error("vqp %p: post before connect", vqp);
+        return UCS_ERR_NOT_CONNECTED;
+    }
+    if ((wr->flags & VQP_SEND_INLINE) &&
+        (wr->length > vqp->qps[0].tx.max_inline)) {
+        ucs_error("vqp %p: inline %lu bytes, at most %u", vqp, wr->length,
+                  vqp->qps[0].tx.max_inline);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    ucs_status_t status;
+    vqp_op_t *op;
+    int multi;
+
+    status = vqp_check_send(vqp, wr);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    if (ucs_unlikely(vqp->fatal != UCS_OK)) {
+        return vqp->fatal;
+    }
+    if (ucs_unlikely(VQP_RING_COUNT(vqp->op_head, vqp->op_tail) +
+                         vqp->wc_pending_ops >=
+                     vqp->max_ops)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    op              = VQP_OP(vqp, vqp->op_tail);
+    op->wr_id       = wr->wr_id;
+    op->laddr       = wr->local_addr;
+    op->length      = wr->length;
+    op->raddr       = wr->remote_addr;
+    op->compare_add = wr->compare_add;
+    op->swap        = wr->swap;
+    memcpy(op->lkey, wr->lkey, sizeof(op->lkey));
+    memcpy(op->rkey, wr->rkey, sizeof(op->rkey));
+    op->imm         = wr->imm;
+    op->status      = UCS_OK;
+    op->opcode      = wr->opcode;
+    op->flags       = wr->flags;
+    op->posted      = 0;
+    op->tail_posted = 0;
+    op->first_seq   = 0;
+
+    multi = (vqp->num_qps > 1);
+    if (wr->opcode == VQP_OP_FLUSH) {
+        op->striped   = 0;
+        op->nfrags    = 0;
+        op->remaining = 1; /* set to the NOP count at dispatch */
+    } else if (multi && ((wr->opcode == VQP_OP_WRITE_IMM) ||
+                         (((wr->opcode == VQP_OP_WRITE) ||
+                           (wr->opcode == VQP_OP_READ)) &&
+                          (wr->length >= vqp->stripe_threshold)))) {
+        /* Multi-QP WRITE_IMM always takes the scheme's form: the receiver
+         * tells notifications apart only by where and how they arrive. */
+        op->striped   = 1;
+        op->nfrags    = (wr->length == 0)
+                            ? 1
+                            : (wr->length + vqp->frag_size - 1) / vqp->frag_size;
+        op->remaining = op->nfrags + (wr->opcode == VQP_OP_WRITE_IMM);
+        op->flags &= ~VQP_SEND_INLINE;
+    } else {
+        op->striped   = 0;
+        op->nfrags    = 1;
+        op->remaining = 1;
+    }
+
+    ++vqp->op_tail;
+    ++vqp->stats.ops_posted;
+    vqp_advance(vqp);
+    return UCS_OK;
+}
+
+/* Teardown or a dead virtual QP: every operation not reported yet completes
+ * with @a status, once. Posted WQEs are forgotten: their QPs are about to
+ * be destroyed. */
+void vqp_fail_all(vqp_t *vqp, ucs_status_t status)
+{
+    vqp_op_t *op;
+    unsigned i;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        vqp->qps[i].frag_head = vqp->qps[i].frag_tail;
+    }
+    vqp->replay_head = vqp->replay_tail;
+    for (; vqp->op_disp != vqp->op_tail; ++vqp->op_disp) {
+        VQP_OP(vqp, vqp->op_disp)->remaining = 0;
+    }
+    for (i = vqp->op_head; i != vqp->op_tail; ++i) {
+        op            = VQP_OP(vqp, i);
+        op->remaining = 0;
+        if (op->status == UCS_OK) {
+            op->status = status;
+        }
+    }
+    vqp_report(vqp);
+}

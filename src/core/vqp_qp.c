@@ -1,0 +1,453 @@
+/*
+ * Virtual QP lifetime: creating the physical QPs and the rings the fast path
+ * works in (all memory is allocated here, none per operation), the address
+ * a peer connects to, connecting, teardown with operations in flight, and
+ * statistics.
+ */
+#include <config.h>
+
+#include "vqp_int.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/sys/math.h>
+#include <string.h>
+
+#define VQP_ADDR_VERSION 1
+
+/* Wire header of a virtual QP address; the physical QP addresses follow. */
+typedef struct vqp_addr_hdr {
+    uint8_t version;
+    uint8_t lb;
+    uint16_t num_pqps;
+    uint32_t recv_window; /* DQPLB reorder window of the sender of this */
+} UCS_S_PACKED vqp_addr_hdr_t;
+
+void vqp_params_default(vqp_params_t *params)
+{
+    memset(params, 0, sizeof(*params));
+    params->num_qps          = 4;
+    params->lb               = VQP_LB_DQPLB;
+    params->frag_size        = 1024 * 1024;
+    params->stripe_threshold = 512 * 1024;
+    params->max_outstanding  = 128;
+    params->max_ops          = 1024;
+    params->max_recvs        = 256;
+    params->max_inline       = 64;
+    vqp_dev_connect_params_default(&params->connect);
+}
+
+static ucs_status_t vqp_check_params(const vqp_params_t *p)
+{
+    if ((p->cq == NULL) || (p->num_qps == 0) || (p->num_qps > 4096) ||
+        (p->frag_size == 0) || (p->frag_size > (1ul << 30)) ||
+        (p->max_outstanding == 0) || (p->max_outstanding > 16384) ||
+        (p->max_ops == 0) || (p->max_ops > (1u << 20)) || (p->max_recvs == 0) ||
+        (p->max_recvs > 16384) || (p->lb > VQP_LB_SPRAY) ||
+        (p->max_inline < sizeof(uint32_t))) {
+        ucs_error("vqp: invalid parameters: cq %p, %u QPs (1..4096), fragment"
+                  " %lu bytes (1..1 GiB), %u outstanding (1..16384), %u ops"
+                  " (1..2^20), %u receives (1..16384), lb %d, max_inline %u"
+                  " (>= 4)",
+                  p->cq, p->num_qps, p->frag_size, p->max_outstanding,
+                  p->max_ops, p->max_recvs, p->lb, p->max_inline);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+static void *vqp_ring_alloc(uint32_t count, size_t elem, uint32_t *mask_p,
+                            const char *name)
+{
+    uint32_t size = ucs_roundup_pow2(ucs_max(count, (uint32_t)2));
+    void *ring    = ucs_calloc(size, elem, name);
+
+    if (ring == NULL) {
+        ucs_error("vqp: out of memory for %u %s entries", size, name);
+    }
+    *mask_p = size - 1;
+    return ring;
+}
+
+static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
+                                   unsigned i)
+{
+    vqp_pqp_t *pqp = &vqp->qps[i];
+    vqp_cq_dev_t *cd;
+    vqp_dev_qp_init_t init = {0};
+    vqp_dev_qp_caps_t caps;
+    struct mlx5dv_qp dv;
+    uint32_t frags, rq;
+    ucs_status_t status;
+
+    pqp->vqp   = vqp;
+    pqp->index = i;
+    pqp->dev   = (i < vqp->num_qps) ? (i % vqp->cq->num_devs) : 0;
+    pqp->role  = (i < vqp->num_qps)          ? VQP_ROLE_DATA
+                 : (vqp->lb == VQP_LB_SPRAY) ? VQP_ROLE_NOTIFY
+                                             : VQP_ROLE_SEND;
+    cd         = &vqp->cq->devs[pqp->dev];
+
+    frags = params->max_outstanding;
+    rq    = 1;
+    if (pqp == vqp->send_qp) {
+        frags = ucs_max(frags, params->max_ops);
+        rq    = params->max_recvs;
+    } else if (pqp->role == VQP_ROLE_NOTIFY) {
+        frags       = params->max_ops;
+        rq          = params->max_recvs;
+        pqp->rx_cap = params->max_recvs;
+    } else if ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1)) {
+        /* Fragments and final messages of the peer land here. */
+        rq          = 2 * params->max_outstanding;
+        pqp->rx_cap = rq;
+    }
+
+    pqp->frags    = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
+                                   "vqp_frags");
+    pqp->rx_wr_id = ucs_calloc(ucs_roundup_pow2((uint32_t)rq), sizeof(uint64_t),
+                               "vqp_rx_wr_id");
+    if ((pqp->frags == NULL) || (pqp->rx_wr_id == NULL)) {
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    init.send_cq      = cd->dev_cq;
+    init.recv_cq      = cd->dev_cq;
+    init.max_send_wr  = ucs_max(2 * (pqp->frag_mask + 1), 64u);
+    init.max_send_sge = 1;
+    init.max_recv_wr  = rq;
+    init.max_recv_sge = 1;
+    init.max_inline   = params->max_inline;
+    status = vqp_dev_qp_create(cd->dev, &init, &pqp->dev_qp, &dv, &caps);
+    if (status != UCS_OK) {
+        return status;
+    }
+    pqp->qpn   = caps.qpn;
+    pqp->alive = 1;
+
+    /* Signal at least every half frag ring, so an unsignaled WQE is always
+     * followed by a CQE before the ring can fill. */
+    status = vqp_mlx5_txwq_init(
+        &pqp->tx, &dv, caps.qpn,
+        ucs_min(caps.max_inline, (uint32_t)VQP_MLX5_MAX_INLINE),
+        ucs_max((pqp->frag_mask + 1) / 2, 1u), VQP_MLX5_DB_BF);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = vqp_mlx5_rxwq_init(&pqp->rx, &dv);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (pqp->rx_cap > pqp->rx.mask + 1u) {
+        pqp->rx_cap = pqp->rx.mask + 1;
+    }
+    return vqp_cq_register(vqp->cq, pqp);
+}
+
+static ucs_status_t vqp_slots_create(vqp_t *vqp)
+{
+    size_t count = 0;
+    ucs_status_t status;
+    uint32_t rkey;
+    unsigned i;
+
+    vqp->atomic_res =
+        ucs_calloc(vqp->op_mask + 1, sizeof(uint64_t), "vqp_atomic_res");
+    if (vqp->atomic_res == NULL) {
+        ucs_error("vqp: out of memory for atomic results");
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < vqp->cq->num_devs; ++i) {
+        status = vqp_dev_mr_reg(vqp->cq->devs[i].dev, vqp->atomic_res,
+                                (vqp->op_mask + 1) * sizeof(uint64_t),
+                                IBV_ACCESS_LOCAL_WRITE, &vqp->atomic_mr[i],
+                                &vqp->atomic_lkey[i], &rkey);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        if (vqp->qps[i].rx_cap != 0) {
+            vqp->qps[i].slot_base = count;
+            count += vqp->qps[i].rx.mask + 1;
+        }
+    }
+    if (count == 0) {
+        return UCS_OK;
+    }
+    vqp->slots_len = count * sizeof(uint32_t);
+    vqp->slots     = ucs_calloc(count, sizeof(uint32_t), "vqp_slots");
+    if (vqp->slots == NULL) {
+        ucs_error("vqp: out of memory for %zu receive slots", count);
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < vqp->cq->num_devs; ++i) {
+        status = vqp_dev_mr_reg(vqp->cq->devs[i].dev, vqp->slots,
+                                vqp->slots_len, IBV_ACCESS_LOCAL_WRITE,
+                                &vqp->slot_mr[i], &vqp->slot_lkey[i], &rkey);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    return UCS_OK;
+}
+
+static void vqp_free(vqp_t *vqp)
+{
+    vqp_pqp_t *pqp;
+    unsigned i;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        pqp = &vqp->qps[i];
+        vqp_cq_unregister(vqp->cq, pqp);
+        if (pqp->dev_qp != NULL) {
+            vqp_dev_qp_destroy(pqp->dev_qp);
+        }
+        ucs_free(pqp->frags);
+        ucs_free(pqp->rx_wr_id);
+    }
+    for (i = 0; i < VQP_MAX_DEVS; ++i) {
+        if (vqp->slot_mr[i] != NULL) {
+            vqp_dev_mr_dereg(vqp->slot_mr[i]);
+        }
+        if (vqp->atomic_mr[i] != NULL) {
+            vqp_dev_mr_dereg(vqp->atomic_mr[i]);
+        }
+    }
+    ucs_free(vqp->slots);
+    ucs_free(vqp->atomic_res);
+    ucs_free(vqp->qps);
+    ucs_free(vqp->ops);
+    ucs_free(vqp->replay);
+    ucs_free(vqp->send_acked);
+    ucs_free(vqp->win_state);
+    ucs_free(vqp->win_imm);
+    ucs_free(vqp->arrived_imm);
+    ucs_free(vqp->arrived_failed);
+    ucs_free(vqp->nrecv_wr_id);
+    ucs_free(vqp);
+}
+
+ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
+{
+    uint32_t frag_cap, win, mask;
+    ucs_status_t status;
+    vqp_t *vqp;
+    unsigned i;
+
+    status = vqp_check_params(params);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    vqp = ucs_calloc(1, sizeof(*vqp), "vqp");
+    if (vqp == NULL) {
+        ucs_error("vqp: out of memory");
+        return UCS_ERR_NO_MEMORY;
+    }
+    vqp->cq               = params->cq;
+    vqp->num_qps          = params->num_qps;
+    vqp->num_pqps         = params->num_qps + (params->num_qps > 1);
+    vqp->alive            = params->num_qps;
+    vqp->lb               = params->lb;
+    vqp->frag_size        = params->frag_size;
+    vqp->stripe_threshold = params->stripe_threshold;
+    vqp->max_ops          = params->max_ops;
+    vqp->max_recvs        = params->max_recvs;
+    vqp->comp_cb          = params->comp_cb;
+    vqp->comp_arg         = params->comp_arg;
+    vqp->connect          = params->connect;
+    vqp->fatal            = UCS_OK;
+
+    frag_cap         = ucs_roundup_pow2((uint32_t)params->max_outstanding);
+    vqp->send_window = ucs_roundup_pow2(vqp->num_qps * frag_cap);
+    win              = 2 * vqp->send_window;
+
+    vqp->qps = ucs_calloc(vqp->num_pqps, sizeof(*vqp->qps), "vqp_qps");
+    vqp->ops = vqp_ring_alloc(params->max_ops, sizeof(*vqp->ops), &vqp->op_mask,
+                              "vqp_ops");
+    vqp->replay =
+        vqp_ring_alloc(vqp->num_pqps * ucs_max(frag_cap, params->max_ops),
+                       sizeof(*vqp->replay), &vqp->replay_mask, "vqp_replay");
+    vqp->send_acked  = ucs_calloc(vqp->send_window, 1, "vqp_send_acked");
+    vqp->win_state   = vqp_ring_alloc(win, 1, &vqp->win_mask, "vqp_win");
+    vqp->win_imm     = vqp_ring_alloc(win, sizeof(uint32_t), &mask, "vqp_imm");
+    vqp->arrived_imm = vqp_ring_alloc(win + params->max_recvs, sizeof(uint32_t),
+                                      &vqp->arrived_mask, "vqp_arrived");
+    vqp->arrived_failed =
+        vqp_ring_alloc(win + params->max_recvs, 1, &mask, "vqp_arrived_failed");
+    vqp->nrecv_wr_id = vqp_ring_alloc(params->max_recvs, sizeof(uint64_t),
+                                      &vqp->nrecv_mask, "vqp_nrecv");
+    if ((vqp->qps == NULL) || (vqp->ops == NULL) || (vqp->replay == NULL) ||
+        (vqp->send_acked == NULL) || (vqp->win_state == NULL) ||
+        (vqp->win_imm == NULL) || (vqp->arrived_imm == NULL) ||
+        (vqp->arrived_failed == NULL) || (vqp->nrecv_wr_id == NULL)) {
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+
+    /* DQPLB keeps the data QPs' receive queues for itself, so SENDs and the
+     * user's receives get the extra QP; SPRAY's data QPs receive nothing and
+     * the first one carries them. */
+    vqp->send_qp   = ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1))
+                         ? &vqp->qps[vqp->num_qps]
+                         : &vqp->qps[0];
+    vqp->notify_qp = ((vqp->lb == VQP_LB_SPRAY) && (vqp->num_qps > 1))
+                         ? &vqp->qps[vqp->num_qps]
+                         : NULL;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        status = vqp_pqp_create(vqp, params, i);
+        if (status != UCS_OK) {
+            goto err;
+        }
+    }
+    status = vqp_slots_create(vqp);
+    if (status != UCS_OK) {
+        goto err;
+    }
+
+    vqp->wc_reserve = params->max_ops + 2 * params->max_recvs;
+    status          = vqp_cq_reserve_wcs(vqp->cq, vqp->wc_reserve);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    ++vqp->cq->num_vqps;
+    *vqp_p = vqp;
+    return UCS_OK;
+
+err:
+    vqp_free(vqp);
+    return status;
+}
+
+void vqp_destroy(vqp_t *vqp)
+{
+    vqp_cq_t *cq = vqp->cq;
+    uint32_t i;
+
+    vqp_fail_all(vqp, UCS_ERR_CANCELED);
+    vqp_recv_cancel_all(vqp);
+
+    /* Completions still waiting for vqp_cq_poll stay the user's, but must
+     * not point to freed memory. */
+    for (i = cq->wc_head; i != cq->wc_tail; ++i) {
+        if (cq->wcs[i & cq->wc_mask].vqp == vqp) {
+            cq->wcs[i & cq->wc_mask].vqp = NULL;
+            ++cq->wc_stale;
+        }
+    }
+    vqp_cq_reserve_wcs(cq, -(int)vqp->wc_reserve);
+    --cq->num_vqps;
+    vqp_free(vqp);
+}
+
+size_t vqp_address_size(const vqp_t *vqp)
+{
+    vqp_dev_qp_addr_t addr;
+    size_t size = sizeof(vqp_addr_hdr_t);
+    unsigned i;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        vqp_dev_address(vqp->cq->devs[vqp->qps[i].dev].dev, &addr.dev);
+        addr.qpn = vqp->qps[i].qpn;
+        size += vqp_dev_qp_addr_packed_size(&addr);
+    }
+    return size;
+}
+
+ucs_status_t vqp_address_pack(const vqp_t *vqp, void *buf, size_t max,
+                              size_t *len_p)
+{
+    vqp_addr_hdr_t hdr = {.version     = VQP_ADDR_VERSION,
+                          .lb          = vqp->lb,
+                          .num_pqps    = vqp->num_pqps,
+                          .recv_window = vqp->win_mask + 1};
+    vqp_dev_qp_addr_t addr;
+    size_t len, offset;
+    ucs_status_t status;
+    unsigned i;
+
+    if (max < sizeof(hdr)) {
+        ucs_error("vqp %p: address buffer of %zu bytes is too small", vqp, max);
+        return UCS_ERR_BUFFER_TOO_SMALL;
+    }
+    memcpy(buf, &hdr, sizeof(hdr));
+    offset = sizeof(hdr);
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        vqp_dev_address(vqp->cq->devs[vqp->qps[i].dev].dev, &addr.dev);
+        addr.qpn = vqp->qps[i].qpn;
+        status   = vqp_dev_qp_addr_pack(&addr, UCS_PTR_BYTE_OFFSET(buf, offset),
+                                        max - offset, &len);
+        if (status != UCS_OK) {
+            return status;
+        }
+        offset += len;
+    }
+    *len_p = offset;
+    return UCS_OK;
+}
+
+ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
+{
+    vqp_dev_connect_params_t params = vqp->connect;
+    vqp_dev_qp_addr_t remote;
+    vqp_addr_hdr_t hdr;
+    size_t offset, used;
+    ucs_status_t status;
+    unsigned i;
+
+    if (vqp->connected) {
+        ucs_error("vqp %p: already connected", vqp);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (len < sizeof(hdr)) {
+        ucs_error("vqp %p: peer address of %zu bytes is truncated", vqp, len);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    memcpy(&hdr, buf, sizeof(hdr));
+    if ((hdr.version != VQP_ADDR_VERSION) || (hdr.lb != vqp->lb) ||
+        (hdr.num_pqps != vqp->num_pqps) || (hdr.recv_window == 0) ||
+        (hdr.recv_window & (hdr.recv_window - 1))) {
+        ucs_error("vqp %p: peer address (version %u, lb %u, %u QPs, window"
+                  " %u) does not match ours (version %u, lb %u, %u QPs)",
+                  vqp, hdr.version, hdr.lb, hdr.num_pqps, hdr.recv_window,
+                  VQP_ADDR_VERSION, vqp->lb, vqp->num_pqps);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    /* Never run ahead of what the peer's window can reorder. */
+    vqp->send_window = ucs_min(vqp->send_window, hdr.recv_window / 2);
+
+    offset = sizeof(hdr);
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        status = vqp_dev_qp_addr_unpack(UCS_PTR_BYTE_OFFSET(buf, offset),
+                                        len - offset, &remote, &used);
+        if (status != UCS_OK) {
+            ucs_error("vqp %p: peer address of QP %u is invalid", vqp, i);
+            return status;
+        }
+        offset += used;
+        params.udp_sport_index = i;
+        params.udp_sport_base  = (uint16_t)((uintptr_t)vqp >> 6);
+        status = vqp_dev_qp_connect(vqp->qps[i].dev_qp, &remote, &params);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    vqp->connected = 1;
+    vqp_flush_replenish(vqp);
+    return UCS_OK;
+}
+
+void vqp_query_stats(const vqp_t *vqp, vqp_stats_t *stats)
+{
+    unsigned i;
+
+    *stats           = vqp->stats;
+    stats->qps_alive = 0;
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        stats->qps_alive += vqp->qps[i].alive;
+    }
+}

@@ -1,0 +1,809 @@
+/*
+ * Multi-QP core over the software device: two virtual QPs in one process on
+ * two device instances (two "hosts"), connected to each other. Data
+ * integrity, one completion per operation in posting order, notifications
+ * with the user's immediate data under SPRAY and DQPLB, backpressure, QP
+ * failure with replay, total failure, teardown with operations in flight,
+ * the DQPLB reorder window, and every error path of the API.
+ */
+#include <config.h>
+
+#include "../../src/core/vqp_int.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUF_SIZE (8u << 20)
+#define MAX_WCS  4096
+
+typedef struct side {
+    vqp_dev_t *dev;
+    vqp_cq_t *cq;
+    vqp_t *vqp;
+    char *buf;
+    vqp_dev_mr_t *mr;
+    uint32_t lkey;
+    uint32_t rkey;
+    vqp_wc_t wcs[MAX_WCS];
+    unsigned nwcs;
+} side_t;
+
+typedef struct pair {
+    side_t a;
+    side_t b;
+} pair_t;
+
+static void side_open(side_t *s)
+{
+    vqp_cq_params_t cqp;
+
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &s->dev), UCS_OK);
+    vqp_cq_params_default(&cqp);
+    cqp.devs[0]  = s->dev;
+    cqp.num_devs = 1;
+    assert_int_equal(vqp_cq_create(&cqp, &s->cq), UCS_OK);
+    s->buf = aligned_alloc(4096, BUF_SIZE);
+    assert_non_null(s->buf);
+    assert_int_equal(
+        vqp_dev_mr_reg(s->dev, s->buf, BUF_SIZE,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+                       &s->mr, &s->lkey, &s->rkey),
+        UCS_OK);
+}
+
+static void side_close(side_t *s)
+{
+    if (s->vqp != NULL) {
+        vqp_destroy(s->vqp);
+    }
+    assert_int_equal(vqp_cq_destroy(s->cq), UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(s->mr), UCS_OK);
+    assert_int_equal(vqp_dev_close(s->dev), UCS_OK);
+    free(s->buf);
+}
+
+static void pair_create(pair_t *p, const vqp_params_t *tmpl)
+{
+    vqp_params_t params = *tmpl;
+    char addr_a[2048], addr_b[2048];
+    size_t len_a, len_b;
+
+    side_open(&p->a);
+    side_open(&p->b);
+    params.cq = p->a.cq;
+    assert_int_equal(vqp_create(&params, &p->a.vqp), UCS_OK);
+    params.cq = p->b.cq;
+    assert_int_equal(vqp_create(&params, &p->b.vqp), UCS_OK);
+    assert_true(vqp_address_size(p->a.vqp) <= sizeof(addr_a));
+    assert_int_equal(vqp_address_pack(p->a.vqp, addr_a, sizeof(addr_a), &len_a),
+                     UCS_OK);
+    assert_int_equal(len_a, vqp_address_size(p->a.vqp));
+    assert_int_equal(vqp_address_pack(p->b.vqp, addr_b, sizeof(addr_b), &len_b),
+                     UCS_OK);
+    assert_int_equal(vqp_connect(p->a.vqp, addr_b, len_b), UCS_OK);
+    assert_int_equal(vqp_connect(p->b.vqp, addr_a, len_a), UCS_OK);
+}
+
+static void pair_destroy(pair_t *p)
+{
+    side_close(&p->a);
+    side_close(&p->b);
+}
+
+/* Progress both sides, collecting completions, until @a a_want and
+ * @a b_want completions arrived (or a generous step budget ran out). */
+static void pair_wait(pair_t *p, unsigned a_want, unsigned b_want)
+{
+    unsigned steps;
+
+    for (steps = 0; steps < 2000000; ++steps) {
+        p->a.nwcs +=
+            vqp_cq_poll(p->a.cq, p->a.wcs + p->a.nwcs, MAX_WCS - p->a.nwcs);
+        p->b.nwcs +=
+            vqp_cq_poll(p->b.cq, p->b.wcs + p->b.nwcs, MAX_WCS - p->b.nwcs);
+        if ((p->a.nwcs >= a_want) && (p->b.nwcs >= b_want)) {
+            return;
+        }
+        if ((steps & 63) == 63) {
+            sched_yield();
+        }
+    }
+    fail_msg("timeout: side a %u/%u completions, side b %u/%u", p->a.nwcs,
+             a_want, p->b.nwcs, b_want);
+}
+
+/* Progress for a while without expecting anything (no more completions). */
+static void pair_idle(pair_t *p, unsigned steps)
+{
+    while (steps-- > 0) {
+        p->a.nwcs +=
+            vqp_cq_poll(p->a.cq, p->a.wcs + p->a.nwcs, MAX_WCS - p->a.nwcs);
+        p->b.nwcs +=
+            vqp_cq_poll(p->b.cq, p->b.wcs + p->b.nwcs, MAX_WCS - p->b.nwcs);
+    }
+}
+
+static vqp_send_wr_t make_wr(side_t *src, side_t *dst, vqp_opcode_t opcode,
+                             uint64_t wr_id, uint64_t loff, uint64_t roff,
+                             uint64_t length)
+{
+    vqp_send_wr_t wr = {0};
+
+    wr.wr_id       = wr_id;
+    wr.opcode      = opcode;
+    wr.flags       = VQP_SEND_SIGNALED;
+    wr.local_addr  = (uintptr_t)src->buf + loff;
+    wr.length      = length;
+    wr.remote_addr = (uintptr_t)dst->buf + roff;
+    wr.lkey[0]     = src->lkey;
+    wr.rkey[0]     = dst->rkey;
+    return wr;
+}
+
+static void fill_pattern(char *buf, size_t len, unsigned seed)
+{
+    size_t i;
+
+    for (i = 0; i < len; ++i) {
+        buf[i] = (char)(i * 31 + seed * 7 + (i >> 12));
+    }
+}
+
+static vqp_params_t base_params(unsigned num_qps, vqp_lb_t lb)
+{
+    vqp_params_t params;
+
+    vqp_params_default(&params);
+    params.num_qps          = num_qps;
+    params.lb               = lb;
+    params.frag_size        = 64 * 1024;
+    params.stripe_threshold = 32 * 1024;
+    params.max_outstanding  = 8;
+    params.max_ops          = 256;
+    params.max_recvs        = 64;
+    return params;
+}
+
+static void check_in_order(const side_t *s, unsigned count, uint64_t first_id)
+{
+    unsigned i;
+
+    assert_int_equal(s->nwcs, count);
+    for (i = 0; i < count; ++i) {
+        assert_int_equal(s->wcs[i].status, UCS_OK);
+        assert_int_equal(s->wcs[i].wr_id, first_id + i);
+    }
+}
+
+/* Writes of many sizes (below / above the threshold, not multiples of the
+ * fragment size, zero) complete once each, in order, with the data. */
+static void run_writes(unsigned num_qps, vqp_lb_t lb)
+{
+    static const uint64_t sizes[] = {
+        0, 1, 4095, 32 * 1024, 65536, 65537, 200000, 1u << 20, (3u << 20) + 17};
+    vqp_params_t params = base_params(num_qps, lb);
+    uint64_t off        = 0;
+    vqp_send_wr_t wr;
+    unsigned i, n = ucs_static_array_size(sizes);
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, BUF_SIZE, num_qps + lb);
+    memset(p.b.buf, 0, BUF_SIZE);
+    for (i = 0; i < n; ++i) {
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 100 + i, off, off, sizes[i]);
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        off += sizes[i];
+    }
+    pair_wait(&p, n, 0);
+    check_in_order(&p.a, n, 100);
+    assert_memory_equal(p.a.buf, p.b.buf, off);
+    assert_int_equal(p.b.nwcs, 0); /* plain writes never notify */
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, n); /* exactly once */
+    pair_destroy(&p);
+}
+
+static void test_write_1qp(void **state)
+{
+    run_writes(1, VQP_LB_DQPLB);
+}
+
+static void test_write_4qp_dqplb(void **state)
+{
+    run_writes(4, VQP_LB_DQPLB);
+}
+
+static void test_write_16qp_spray(void **state)
+{
+    run_writes(16, VQP_LB_SPRAY);
+}
+
+static void test_read_striped(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
+    vqp_send_wr_t wr;
+    vqp_stats_t stats;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.b.buf, BUF_SIZE, 3);
+    memset(p.a.buf, 0, BUF_SIZE);
+    wr = make_wr(&p.a, &p.b, VQP_OP_READ, 7, 0, 0, (2u << 20) + 123);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_READ, 8, 4u << 20, 4u << 20, 1000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 2, 0);
+    check_in_order(&p.a, 2, 7);
+    assert_memory_equal(p.a.buf, p.b.buf, (2u << 20) + 123);
+    assert_memory_equal(p.a.buf + (4u << 20), p.b.buf + (4u << 20), 1000);
+    vqp_query_stats(p.a.vqp, &stats);
+    /* 2 MiB + 123 in 64 KiB fragments, plus the small one on one QP. */
+    assert_int_equal(stats.frags_posted, 33 + 1);
+    pair_destroy(&p);
+}
+
+/* WRITE_IMM: one notification per operation at the receiver, in order,
+ * with the user's immediate data and the data in place. */
+static void run_write_imm(unsigned num_qps, vqp_lb_t lb)
+{
+    vqp_params_t params = base_params(num_qps, lb);
+    const unsigned n    = 20;
+    vqp_recv_wr_t rwr   = {0};
+    uint64_t len, off = 0;
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, BUF_SIZE, 11);
+    memset(p.b.buf, 0, BUF_SIZE);
+    for (i = 0; i < n; ++i) {
+        rwr.wr_id = 500 + i;
+        assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+    }
+    for (i = 0; i < n; ++i) {
+        len    = (i % 3 == 0) ? 0 : (i * 37777) % (300 * 1024);
+        wr     = make_wr(&p.a, &p.b, VQP_OP_WRITE_IMM, i, off, off, len);
+        wr.imm = 0xabc00000u + i;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        off += len;
+    }
+    pair_wait(&p, n, n);
+    check_in_order(&p.a, n, 0);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(p.b.wcs[i].status, UCS_OK);
+        assert_int_equal(p.b.wcs[i].opcode, VQP_OP_RECV_NOTIFY);
+        assert_int_equal(p.b.wcs[i].wr_id, 500 + i);
+        assert_true(p.b.wcs[i].flags & VQP_WC_WITH_IMM);
+        assert_int_equal(p.b.wcs[i].imm, 0xabc00000u + i);
+    }
+    assert_memory_equal(p.a.buf, p.b.buf, off);
+    pair_destroy(&p);
+}
+
+static void test_write_imm_dqplb(void **state)
+{
+    run_write_imm(4, VQP_LB_DQPLB);
+}
+
+static void test_write_imm_spray(void **state)
+{
+    run_write_imm(8, VQP_LB_SPRAY);
+}
+
+static void test_write_imm_1qp(void **state)
+{
+    run_write_imm(1, VQP_LB_SPRAY);
+}
+
+/* Notifications that arrive before the user posted slots wait for them. */
+static void test_notify_before_recv(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_recv_wr_t rwr   = {0};
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    wr     = make_wr(&p.a, &p.b, VQP_OP_WRITE_IMM, 1, 0, 0, 100000);
+    wr.imm = 42;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    pair_idle(&p, 200);
+    assert_int_equal(p.b.nwcs, 0);
+    rwr.wr_id = 9;
+    assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+    pair_wait(&p, 1, 1);
+    assert_int_equal(p.b.wcs[0].wr_id, 9);
+    assert_int_equal(p.b.wcs[0].imm, 42);
+    pair_destroy(&p);
+}
+
+static void run_send_recv(unsigned num_qps, vqp_lb_t lb)
+{
+    vqp_params_t params = base_params(num_qps, lb);
+    vqp_recv_wr_t rwr   = {0};
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, 65536, 5);
+    for (i = 0; i < 4; ++i) {
+        rwr.wr_id   = 70 + i;
+        rwr.addr    = (uintptr_t)p.b.buf + i * 8192;
+        rwr.length  = 8192;
+        rwr.lkey[0] = p.b.lkey;
+        assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+    }
+    for (i = 0; i < 4; ++i) {
+        wr     = make_wr(&p.a, &p.b, (i & 1) ? VQP_OP_SEND_IMM : VQP_OP_SEND, i,
+                         i * 8192, 0, 1000 * (i + 1));
+        wr.imm = 0x1234 + i;
+        if (i == 0) {
+            wr.flags |= VQP_SEND_INLINE;
+            wr.length = 40;
+        }
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    pair_wait(&p, 4, 4);
+    check_in_order(&p.a, 4, 0);
+    for (i = 0; i < 4; ++i) {
+        assert_int_equal(p.b.wcs[i].status, UCS_OK);
+        assert_int_equal(p.b.wcs[i].opcode, VQP_OP_RECV);
+        assert_int_equal(p.b.wcs[i].wr_id, 70 + i);
+        assert_int_equal(p.b.wcs[i].byte_len, (i == 0) ? 40 : 1000 * (i + 1));
+        assert_memory_equal(p.b.buf + i * 8192, p.a.buf + i * 8192,
+                            p.b.wcs[i].byte_len);
+        if (i & 1) {
+            assert_true(p.b.wcs[i].flags & VQP_WC_WITH_IMM);
+            assert_int_equal(p.b.wcs[i].imm, 0x1234 + i);
+        }
+    }
+    pair_destroy(&p);
+}
+
+static void test_send_recv_dqplb(void **state)
+{
+    run_send_recv(4, VQP_LB_DQPLB);
+}
+
+static void test_send_recv_spray(void **state)
+{
+    run_send_recv(4, VQP_LB_SPRAY);
+}
+
+static void test_atomics(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    uint64_t *remote, *result;
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    remote         = (uint64_t *)(p.b.buf + 4096);
+    result         = (uint64_t *)(p.a.buf + 4096);
+    *remote        = 1000;
+    wr             = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_FA, 1, 4096, 4096, 8);
+    wr.compare_add = 5;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(*result, 1000); /* host order for the user */
+    assert_int_equal(*remote, 1005);
+
+    wr             = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_CS, 2, 4096, 4096, 8);
+    wr.compare_add = 1005;
+    wr.swap        = 77;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr.wr_id = 3; /* compare fails now: value unchanged */
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 3, 0);
+    check_in_order(&p.a, 3, 1);
+    assert_int_equal(*remote, 77);
+    assert_int_equal(*result, 77);
+    pair_destroy(&p);
+}
+
+/* More operations than the QPs can hold: they wait inside and all complete
+ * in order; a full operation ring says NO_RESOURCE. */
+static void test_backpressure(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    unsigned i, accepted = 0;
+    vqp_send_wr_t wr;
+    ucs_status_t status;
+    pair_t p;
+
+    params.max_outstanding = 2;
+    params.max_ops         = 16;
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, BUF_SIZE, 9);
+    for (i = 0; i < 40; ++i) {
+        wr     = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * 100000, i * 100000,
+                         100000);
+        status = vqp_post_send(p.a.vqp, &wr);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            break;
+        }
+        assert_int_equal(status, UCS_OK);
+        ++accepted;
+    }
+    assert_int_equal(accepted, 16);
+    pair_wait(&p, accepted, 0);
+    check_in_order(&p.a, accepted, 0);
+    /* Completions not polled yet count: none here, so room again. */
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 99, 0, 0, 10);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, accepted + 1, 0);
+    assert_memory_equal(p.a.buf, p.b.buf, accepted * 100000);
+    pair_destroy(&p);
+}
+
+/* Unsignaled operations report nothing; a flush completes after them. */
+static void test_unsignaled_and_flush(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, BUF_SIZE, 1);
+    for (i = 0; i < 10; ++i) {
+        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * 100000, i * 100000,
+                     (i & 1) ? 100000 : 64);
+        wr.flags = (i & 2) ? VQP_SEND_INLINE : 0;
+        if (wr.flags & VQP_SEND_INLINE) {
+            wr.length = 64;
+        }
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    wr = make_wr(&p.a, &p.b, VQP_OP_FLUSH, 1000, 0, 0, 0);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 1000);
+    assert_int_equal(p.a.wcs[0].opcode, VQP_OP_FLUSH);
+    for (i = 0; i < 10; ++i) {
+        assert_memory_equal(p.a.buf + i * 100000, p.b.buf + i * 100000,
+                            (i & 1) && !(i & 2) ? 100000 : 64);
+    }
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, 1);
+    pair_destroy(&p);
+}
+
+/* A fenced operation starts only when everything before it completed: a
+ * READ fenced after a WRITE to the same place sees the written data. */
+static void test_fence(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, 1u << 20, 2);
+    memset(p.b.buf, 0, 1u << 20);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 1u << 20);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_READ, 2, 2u << 20, 0, 1u << 20);
+    wr.flags |= VQP_SEND_FENCE;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 2, 0);
+    check_in_order(&p.a, 2, 1);
+    assert_memory_equal(p.a.buf, p.a.buf + (2u << 20), 1u << 20);
+    pair_destroy(&p);
+}
+
+/* One data QP fails: its fragments are replayed on the others, the user
+ * sees only successes, with the data in place. */
+static void run_qp_failure(vqp_lb_t lb)
+{
+    vqp_params_t params = base_params(4, lb);
+    vqp_recv_wr_t rwr   = {0};
+    vqp_send_wr_t wr;
+    vqp_stats_t stats;
+    unsigned i, n = 12;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, BUF_SIZE, 4);
+    memset(p.b.buf, 0, BUF_SIZE);
+    for (i = 0; i < n; ++i) {
+        rwr.wr_id = 300 + i;
+        assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+    }
+    for (i = 0; i < n; ++i) {
+        wr = make_wr(&p.a, &p.b, (i & 1) ? VQP_OP_WRITE_IMM : VQP_OP_WRITE, i,
+                     i * 500000, i * 500000, 500000);
+        wr.imm = i;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    /* Kill data QP 1 with its fragments in flight (the engine has not run). */
+    assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->qps[1].dev_qp), UCS_OK);
+    pair_wait(&p, n, n / 2);
+    check_in_order(&p.a, n, 0);
+    for (i = 0; i < n / 2; ++i) {
+        assert_int_equal(p.b.wcs[i].status, UCS_OK);
+        assert_int_equal(p.b.wcs[i].imm, 2 * i + 1);
+    }
+    assert_memory_equal(p.a.buf, p.b.buf, n * 500000);
+    vqp_query_stats(p.a.vqp, &stats);
+    assert_true(stats.frags_replayed > 0);
+    assert_int_equal(stats.qps_alive, p.a.vqp->num_pqps - 1);
+
+    /* Later operations avoid the dead QP. */
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 50, 0, 6u << 20, 1u << 20);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, n + 1, n / 2);
+    assert_int_equal(p.a.wcs[n].status, UCS_OK);
+    assert_memory_equal(p.a.buf, p.b.buf + (6u << 20), 1u << 20);
+    pair_destroy(&p);
+}
+
+static void test_qp_failure_dqplb(void **state)
+{
+    run_qp_failure(VQP_LB_DQPLB);
+}
+
+static void test_qp_failure_spray(void **state)
+{
+    run_qp_failure(VQP_LB_SPRAY);
+}
+
+/* No data QP survives: every operation fails exactly once, later posts are
+ * refused with the error. */
+static void test_all_qps_fail(void **state)
+{
+    vqp_params_t params = base_params(3, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    unsigned i, n = 6;
+    pair_t p;
+
+    pair_create(&p, &params);
+    for (i = 0; i < n; ++i) {
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, 0, 0, 300000);
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    for (i = 0; i < 3; ++i) {
+        assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->qps[i].dev_qp), UCS_OK);
+    }
+    pair_wait(&p, n, 0);
+    pair_idle(&p, 200);
+    assert_int_equal(p.a.nwcs, n);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(p.a.wcs[i].wr_id, i);
+        assert_true(p.a.wcs[i].status != UCS_OK);
+    }
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 99, 0, 0, 10);
+    assert_true(vqp_post_send(p.a.vqp, &wr) != UCS_OK);
+    pair_destroy(&p);
+}
+
+/* A bad rkey cannot be fixed by another QP: that operation fails, and the
+ * virtual QP goes on with the others. */
+static void test_remote_access_error(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 100);
+    wr.rkey[0] ^= 0x5a5a;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 1);
+    assert_true(p.a.wcs[0].status != UCS_OK);
+    pair_idle(&p, 200);
+    assert_int_equal(p.a.nwcs, 1);
+    pair_destroy(&p);
+}
+
+static unsigned cb_count;
+static ucs_status_t cb_last_status;
+
+static void count_cb(void *arg, const vqp_wc_t *wc)
+{
+    assert_ptr_equal(arg, &cb_count);
+    ++cb_count;
+    cb_last_status = wc->status;
+}
+
+/* Teardown with operations in flight: each completes once, as canceled. */
+static void test_destroy_in_flight(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    params.comp_cb  = count_cb;
+    params.comp_arg = &cb_count;
+    pair_create(&p, &params);
+    cb_count = 0;
+    for (i = 0; i < 10; ++i) {
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, 0, 0, 400000);
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    assert_int_equal(cb_count, 0);
+    vqp_destroy(p.a.vqp);
+    p.a.vqp = NULL;
+    assert_int_equal(cb_count, 10);
+    assert_int_equal(cb_last_status, UCS_ERR_CANCELED);
+    pair_idle(&p, 100);
+    assert_int_equal(cb_count, 10);
+    pair_destroy(&p);
+}
+
+/* The DQPLB window: out-of-order numbers are held until the gap closes,
+ * duplicates and old numbers are dropped, numbers beyond the window are
+ * refused and fail their operation instead of corrupting state. */
+static void test_dqplb_window(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    vqp_recv_wr_t rwr   = {0};
+    vqp_stats_t stats;
+    side_t s;
+    vqp_t *v;
+    unsigned i;
+
+    side_open(&s);
+    params.cq = s.cq;
+    assert_int_equal(vqp_create(&params, &s.vqp), UCS_OK);
+    v = s.vqp;
+    for (i = 0; i < 4; ++i) {
+        rwr.wr_id = i;
+        assert_int_equal(vqp_post_recv(v, &rwr), UCS_OK);
+    }
+
+    /* op A = {0, 1, 2(end)}, op B = {3, 4(end)} arriving 4, 2, 1, 3, 0 */
+    vqp_win_insert(v, 4, VQP_WIN_END, 0xb);
+    vqp_win_insert(v, 2, VQP_WIN_END, 0xa);
+    vqp_win_insert(v, 1, 0, 0);
+    vqp_win_insert(v, 3, 0, 0);
+    s.nwcs = vqp_cq_poll(s.cq, s.wcs, MAX_WCS);
+    assert_int_equal(s.nwcs, 0);
+    vqp_win_insert(v, 0, 0, 0);
+    s.nwcs = vqp_cq_poll(s.cq, s.wcs, MAX_WCS);
+    assert_int_equal(s.nwcs, 2);
+    assert_int_equal(s.wcs[0].imm, 0xa);
+    assert_int_equal(s.wcs[1].imm, 0xb);
+    assert_int_equal(s.wcs[1].status, UCS_OK);
+
+    /* duplicates: an old number, and one already in the window */
+    vqp_win_insert(v, 1, 0, 0);
+    vqp_win_insert(v, 6, 0, 0);
+    vqp_win_insert(v, 6, 0, 0);
+    vqp_query_stats(v, &stats);
+    assert_int_equal(stats.dqplb_duplicates, 2);
+
+    /* a lost number reported by the peer: the op's notification fails */
+    vqp_win_insert(v, 5, VQP_WIN_ABORT, 0);
+    vqp_win_insert(v, 7, VQP_WIN_END, 0xc);
+    s.nwcs = vqp_cq_poll(s.cq, s.wcs, MAX_WCS);
+    assert_int_equal(s.nwcs, 1);
+    assert_int_equal(s.wcs[0].status, UCS_ERR_IO_ERROR);
+
+    /* beyond the window: refused, the next operation fails */
+    vqp_win_insert(v, 8 + v->win_mask + 1, VQP_WIN_END, 0xd);
+    vqp_win_insert(v, 8, VQP_WIN_END, 0xe);
+    s.nwcs = vqp_cq_poll(s.cq, s.wcs, MAX_WCS);
+    assert_int_equal(s.nwcs, 1);
+    assert_int_equal(s.wcs[0].imm, 0xe);
+    assert_int_equal(s.wcs[0].status, UCS_ERR_IO_ERROR);
+    side_close(&s);
+}
+
+static void test_bad_params(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    vqp_cq_params_t cqp;
+    vqp_cq_t *cq;
+    vqp_t *vqp;
+    side_t s;
+
+    vqp_cq_params_default(&cqp);
+    assert_int_equal(vqp_cq_create(&cqp, &cq), UCS_ERR_INVALID_PARAM);
+    cqp.num_devs = VQP_MAX_DEVS + 1;
+    assert_int_equal(vqp_cq_create(&cqp, &cq), UCS_ERR_INVALID_PARAM);
+
+    side_open(&s);
+    params.cq = NULL;
+    assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
+    params.cq      = s.cq;
+    params.num_qps = 0;
+    assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
+    params.num_qps   = 2;
+    params.frag_size = 0;
+    assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
+    params.frag_size  = 4096;
+    params.max_inline = 2;
+    assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
+    side_close(&s);
+}
+
+static void test_post_errors(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    char addr[2048];
+    vqp_send_wr_t wr;
+    vqp_t *other;
+    size_t len;
+    pair_t p;
+
+    side_open(&p.a);
+    params.cq = p.a.cq;
+    assert_int_equal(vqp_create(&params, &p.a.vqp), UCS_OK);
+    wr = make_wr(&p.a, &p.a, VQP_OP_WRITE, 1, 0, 0, 8);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_NOT_CONNECTED);
+
+    /* addresses that do not fit */
+    assert_int_equal(vqp_address_pack(p.a.vqp, addr, 3, &len),
+                     UCS_ERR_BUFFER_TOO_SMALL);
+    params.num_qps = 3;
+    assert_int_equal(vqp_create(&params, &other), UCS_OK);
+    assert_int_equal(vqp_address_pack(other, addr, sizeof(addr), &len), UCS_OK);
+    assert_int_equal(vqp_connect(p.a.vqp, addr, len), UCS_ERR_INVALID_PARAM);
+    vqp_destroy(other);
+    params.num_qps = 2;
+    params.lb      = VQP_LB_SPRAY;
+    assert_int_equal(vqp_create(&params, &other), UCS_OK);
+    assert_int_equal(vqp_address_pack(other, addr, sizeof(addr), &len), UCS_OK);
+    assert_int_equal(vqp_connect(p.a.vqp, addr, len), UCS_ERR_INVALID_PARAM);
+    assert_int_equal(vqp_connect(p.a.vqp, addr, 2), UCS_ERR_INVALID_PARAM);
+    vqp_destroy(other);
+    side_close(&p.a);
+
+    params.lb = VQP_LB_DQPLB;
+    pair_create(&p, &params);
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_FA, 1, 4, 8, 8);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_CS, 1, 8, 8, 4);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_RECV, 1, 0, 0, 8);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 100000);
+    wr.flags |= VQP_SEND_INLINE;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    assert_int_equal(vqp_connect(p.a.vqp, addr, len), UCS_ERR_INVALID_PARAM);
+    pair_idle(&p, 10);
+    assert_int_equal(p.a.nwcs, 0);
+    pair_destroy(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_write_1qp),
+        cmocka_unit_test(test_write_4qp_dqplb),
+        cmocka_unit_test(test_write_16qp_spray),
+        cmocka_unit_test(test_read_striped),
+        cmocka_unit_test(test_write_imm_dqplb),
+        cmocka_unit_test(test_write_imm_spray),
+        cmocka_unit_test(test_write_imm_1qp),
+        cmocka_unit_test(test_notify_before_recv),
+        cmocka_unit_test(test_send_recv_dqplb),
+        cmocka_unit_test(test_send_recv_spray),
+        cmocka_unit_test(test_atomics),
+        cmocka_unit_test(test_backpressure),
+        cmocka_unit_test(test_unsignaled_and_flush),
+        cmocka_unit_test(test_fence),
+        cmocka_unit_test(test_qp_failure_dqplb),
+        cmocka_unit_test(test_qp_failure_spray),
+        cmocka_unit_test(test_all_qps_fail),
+        cmocka_unit_test(test_remote_access_error),
+        cmocka_unit_test(test_destroy_in_flight),
+        cmocka_unit_test(test_dqplb_window),
+        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_post_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
