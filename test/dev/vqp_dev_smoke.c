@@ -1,7 +1,8 @@
 /*
  * Hardware smoke test for device control (run by contrib/hw-smoke.sh): opens
- * the first mlx5 port, connects two RC QPs on it in loopback and does one
- * RDMA write with a hand-built WQE, then checks the data and the CQE. With no
+ * the first mlx5 port, connects two RC QPs on it in loopback (RoCE: on two
+ * different UDP source ports) and does one RDMA write with a hand-built WQE,
+ * then checks the data and the CQE. With no
  * mlx5 device it says so and exits 0. "--sw" runs the same steps on the
  * software device, which keeps this program tested on machines without HCAs.
  *
@@ -31,8 +32,8 @@
         }                                                           \
     } while (0)
 
-/* Picks the device: the one named, else the first hardware port, else (with
- * --sw) the software device. Returns 0 when there is none. */
+/* Picks the device: the one named; with --sw the software device; else the
+ * first active mlx5 port. Returns 0 when there is none. */
 static int smoke_pick(int use_sw, const char *wanted, char *name)
 {
     vqp_dev_info_t *list;
@@ -145,6 +146,15 @@ int main(int argc, char **argv)
         printf("vqp_dev_smoke: QP 0x%x -> QP 0x%x in RTS, UDP source port "
                "%u\n",
                caps[i].qpn, caps[1 - i].qpn, vqp_dev_qp_udp_sport(qp[i]));
+    }
+
+    /* On RoCE the two QPs must leave on different UDP source ports, unless
+     * the NIC cannot set them (both 0). */
+    if ((attr.link == VQP_DEV_LINK_ETHERNET) &&
+        (vqp_dev_qp_udp_sport(qp[0]) != 0)) {
+        SMOKE_CHECK(vqp_dev_qp_udp_sport(qp[0]) != vqp_dev_qp_udp_sport(qp[1]),
+                    "both QPs got UDP source port %u",
+                    vqp_dev_qp_udp_sport(qp[0]));
     }
 
     dev_wqe_post_write(&dv_qp[0], caps[0].qpn, 0, src, lkey, dst, rkey,
