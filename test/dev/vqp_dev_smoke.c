@@ -2,9 +2,9 @@
  * Hardware smoke test for device control (run by contrib/hw-smoke.sh): opens
  * the first mlx5 port, connects two RC QPs on it in loopback (RoCE: on two
  * different UDP source ports) and does one RDMA write with a hand-built WQE,
- * then checks the data and the CQE. With no
- * mlx5 device it says so and exits 0. "--sw" runs the same steps on the
- * software device, which keeps this program tested on machines without HCAs.
+ * then checks the data and the CQE. With no mlx5 device it says so and exits
+ * 0. "--sw" runs the same steps on the software device, which keeps this
+ * program tested on machines without HCAs.
  *
  * Usage: vqp_dev_smoke [--sw] [device]   (device e.g. mlx5_0:1)
  * Exit: 0 passed or no device, 1 failed.
