@@ -208,10 +208,17 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
         }
         return 0;
     }
-    done = 0;
+    ret =
+        to_remote
+            ? process_vm_writev((pid_t)pid, local, n_local, remote, n_remote, 0)
+            : process_vm_readv((pid_t)pid, local, n_local, remote, n_remote, 0);
+    if (ret < 0) {
+        return errno;
+    }
+    done = (size_t)ret;
     while (done < total) {
         /* A partial transfer ends on an iovec boundary; retry the rest. */
-        struct iovec l[VQP_SW_MAX_SGE + 1], r[VQP_SW_MAX_SGE + 1];
+        struct iovec l[VQP_SW_RUN_IOV], r[VQP_SW_RUN_IOV];
         size_t skip = done, nl = 0, nr = 0;
 
         for (i = 0; i < n_local; ++i) {

@@ -40,6 +40,8 @@
 #define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */
 #define VQP_SW_IN_BUDGET   256u /* inbound records per progress call */
 #define VQP_SW_REORDER_MAX 16u
+#define VQP_SW_RUN_MAX     64u  /* WRITEs merged into one syscall */
+#define VQP_SW_RUN_IOV     256u /* their local iovecs */
 
 /* Memory region entry, readable by peers. key 0 marks a free slot. A reader
  * re-reads the key after the fields to detect a concurrent dereg. */

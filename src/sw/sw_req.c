@@ -490,13 +490,101 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     return VQP_SW_REQ_DONE;
 }
 
+/*
+ * Executes a run of consecutive plain RDMA_WRITEs from sq_ci with one
+ * process_vm_writev (one syscall instead of one per WQE: small writes are
+ * syscall-bound). Conservative: the run ends before any WQE that is not an
+ * unwrapped, well-formed RDMA_WRITE with valid keys, and a failed transfer
+ * completes nothing; the one-by-one path then executes or reports that WQE
+ * exactly (rewriting the same bytes is harmless). Returns WQEs completed.
+ */
+static unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi,
+                                     unsigned budget)
+{
+    const uint32_t mask = qp->sq_wqe_cnt - 1;
+    struct iovec liov[VQP_SW_RUN_IOV], riov[VQP_SW_RUN_MAX];
+    struct {
+        uint16_t idx;
+        uint16_t nbb;
+        uint32_t len;
+        bool signaled;
+    } ent[VQP_SW_RUN_MAX];
+    const struct mlx5_wqe_ctrl_seg *ctrl;
+    const struct mlx5_wqe_raddr_seg *rseg;
+    vqp_sw_shm_qp_t *tqp;
+    const char *why = NULL;
+    unsigned n = 0, nl = 0, nr = 0, bad, i;
+    uint32_t first_bb;
+    uint16_t pos = qp->sq_ci;
+    vqp_sw_wqe_t w;
+
+    tqp = vqp_sw_peer_qp(qp);
+    if ((tqp == NULL) || qp->dev->fault.enabled ||
+        !(tqp->access & IBV_ACCESS_REMOTE_WRITE)) {
+        return 0;
+    }
+    while ((pos != pi) && (n < budget) && (n < VQP_SW_RUN_MAX)) {
+        first_bb = pos & mask;
+        ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
+        w.ds     = be32toh(ctrl->qpn_ds) & 0x3f;
+        w.nbb    = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
+        w.base   = (const uint8_t *)ctrl;
+        w.opcode = MLX5_OPCODE_RDMA_WRITE;
+        if ((be32toh(ctrl->opmod_idx_opcode) !=
+             (((uint32_t)pos << 8) | MLX5_OPCODE_RDMA_WRITE)) ||
+            ((be32toh(ctrl->qpn_ds) >> 8) != qp->qpn) || (w.ds < 2) ||
+            (w.nbb > (uint16_t)(pi - pos)) ||
+            (first_bb + w.nbb > qp->sq_wqe_cnt) ||
+            !vqp_sw_req_layout(qp, &w, 2, &why) ||
+            (nl + w.n_iov > VQP_SW_RUN_IOV) ||
+            (vqp_sw_req_check_lkeys(qp, &w, 0, &bad) != NULL)) {
+            break;
+        }
+        rseg = (const void *)(w.base + 16);
+        if (w.len > 0) {
+            if ((w.len > VQP_SW_MAX_MSG) ||
+                (vqp_sw_mr_check(qp->peer->shm, be32toh(rseg->rkey),
+                                 be64toh(rseg->raddr), w.len,
+                                 IBV_ACCESS_REMOTE_WRITE) != NULL)) {
+                break;
+            }
+            riov[nr].iov_base = (void *)(uintptr_t)be64toh(rseg->raddr);
+            riov[nr].iov_len  = w.len;
+            ++nr;
+            memcpy(&liov[nl], w.iov, w.n_iov * sizeof(*liov));
+            nl += w.n_iov;
+        }
+        ent[n].idx      = pos;
+        ent[n].nbb      = (uint16_t)w.nbb;
+        ent[n].len      = (uint32_t)w.len;
+        ent[n].signaled = ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE;
+        pos += w.nbb;
+        ++n;
+    }
+    if ((n == 0) ||
+        (vqp_sw_xfer(qp->peer->pid, true, liov, nl, riov, nr) != 0)) {
+        return 0;
+    }
+    for (i = 0; i < n; ++i) {
+        if (ent[i].signaled) {
+            vqp_sw_cqe_req(qp, ent[i].idx, MLX5_OPCODE_RDMA_WRITE, ent[i].len);
+        }
+        qp->shm->bytes += ent[i].len;
+    }
+    qp->shm->wqes += n;
+    qp->sq_ci       = pos;
+    qp->stall       = VQP_SW_STALL_NONE;
+    qp->stall_count = 0;
+    return n;
+}
+
 unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
 {
     uint8_t copy[VQP_SW_MAX_WQE_BB * VQP_SW_BB];
     enum ibv_qp_state state;
     const uint8_t *head;
     vqp_sw_wqe_t w;
-    unsigned n = 0;
+    unsigned n = 0, run;
     uint32_t rerr;
     uint16_t pi;
 
@@ -553,6 +641,15 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
         return 0;
     }
     while ((qp->sq_ci != pi) && (n < VQP_SW_WQE_BUDGET)) {
+        head =
+            qp->sq_buf + (size_t)(qp->sq_ci & (qp->sq_wqe_cnt - 1)) * VQP_SW_BB;
+        if (head[3] == MLX5_OPCODE_RDMA_WRITE) {
+            run = vqp_sw_req_write_run(qp, pi, VQP_SW_WQE_BUDGET - n);
+            if (run > 0) {
+                n += run;
+                continue;
+            }
+        }
         switch (vqp_sw_req_one(qp, pi, copy)) {
         case VQP_SW_REQ_DONE:
             ++n;

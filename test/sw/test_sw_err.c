@@ -92,6 +92,40 @@ static void test_bad_lkey_flushes_all(void **state)
     assert_int_equal(c.flushed, 6); /* 3 SQ + 3 RQ */
 }
 
+/* A run of WRITEs (merged into one transfer by the engine) with a bad rkey
+ * in the middle: the ones before it complete and land, it fails with 0x13,
+ * the ones after it are flushed and never land. */
+static void test_write_run_error_in_middle(void **state)
+{
+    fx_t *f         = *state;
+    sw_test_qp_t *q = &f->qp[0];
+    uint16_t w[5];
+    struct mlx5_cqe64 cqe;
+    unsigned i;
+
+    for (i = 0; i < 5; ++i) {
+        memset(f->buf[0] + i * 16, 'a' + i, 16);
+        sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 3, CU, 0);
+        sw_test_raddr(q, 1, (uintptr_t)f->buf[1] + i * 16,
+                      i == 2 ? f->rkey[1] + 1 : f->rkey[1]);
+        sw_test_dseg(q, 2, f->buf[0] + i * 16, 16, f->lkey[0]);
+        w[i] = sw_test_ring(q, 3);
+    }
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be16toh(cqe.wqe_counter), w[i]);
+        assert_int_equal(f->buf[1][i * 16 + 15], 'a' + i);
+    }
+    expect_err(f, 0, 0, w[2], MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    assert_true(sw_test_log_has("key not registered"));
+    expect_err(f, 0, 0, w[3], MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    expect_err(f, 0, 0, w[4], MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    assert_int_equal(f->buf[1][2 * 16], 0);
+    assert_int_equal(f->buf[1][3 * 16], 0);
+    assert_int_equal(f->buf[1][4 * 16], 0);
+}
+
 /* Local bounds: byte_count 0 means 2 GiB, beyond the 8 KiB region. */
 static void test_lkey_bounds_and_2gib(void **state)
 {
@@ -625,6 +659,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_bad_lkey_flushes_all),
         T(test_lkey_bounds_and_2gib),
+        T(test_write_run_error_in_middle),
         T(test_remote_access),
         T(test_remote_rights),
         T(test_deregistered_rkey),
