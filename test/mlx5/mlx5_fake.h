@@ -7,6 +7,9 @@
 #define VQP_MLX5_FAKE_H_
 
 #include <mlx5/vqp_mlx5.h>
+#include <ucs/config/global_opts.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define FAKE_QPN     0x12345u
@@ -129,5 +132,51 @@ static inline void fake_cq_push_err(fake_cq_t *cq, uint8_t opcode, uint32_t qpn,
     ecqe->op_own           = (uint8_t)(opcode << 4) | owner;
     ++cq->pi;
 }
+
+/* Log capture: the last line of any level, kept off the output. */
+static char fake_log_last[1024];
+static ucs_log_level_t fake_log_level;
+static ucs_log_level_t fake_log_saved_level;
+
+static ucs_log_func_rc_t
+fake_log_handler(const char *file, unsigned line, const char *function,
+                 ucs_log_level_t level,
+                 const ucs_log_component_config_t *comp_conf,
+                 const char *message, va_list ap)
+{
+    vsnprintf(fake_log_last, sizeof(fake_log_last), message, ap);
+    fake_log_level = level;
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* Capture lines up to debug level until fake_log_stop(). */
+static inline void fake_log_start(void)
+{
+    fake_log_last[0]     = '\0';
+    fake_log_saved_level = ucs_global_opts.log_component.log_level;
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DEBUG;
+    ucs_log_push_handler(fake_log_handler);
+}
+
+static inline void fake_log_stop(void)
+{
+    ucs_log_pop_handler();
+    ucs_global_opts.log_component.log_level = fake_log_saved_level;
+}
+
+/* The last line was logged at @a _level and contains @a _text; forget it
+ * for the next check. */
+#define expect_log(_level, _text)                                            \
+    do {                                                                     \
+        if ((strstr(fake_log_last, (_text)) == NULL) ||                      \
+            (fake_log_level != (_level))) {                                  \
+            fail_msg("log '%s' (level %d) does not contain '%s' (level %d)", \
+                     fake_log_last, fake_log_level, (_text), (_level));      \
+        }                                                                    \
+        fake_log_last[0] = '\0';                                             \
+    } while (0)
+
+/* Nothing was logged since the last check. */
+#define expect_no_log() assert_string_equal(fake_log_last, "")
 
 #endif

@@ -20,12 +20,15 @@ static void test_init_rejects(void **state)
 
     f->dv.cqe_cnt = 6;
     assert_int_equal(vqp_mlx5_cq_init(&cq, &f->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "6 CQEs of 64 bytes");
     f->dv.cqe_cnt  = 8;
     f->dv.cqe_size = 32;
     assert_int_equal(vqp_mlx5_cq_init(&cq, &f->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "8 CQEs of 32 bytes");
     f->dv.cqe_size = 64;
     f->dv.dbrec    = NULL;
     assert_int_equal(vqp_mlx5_cq_init(&cq, &f->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "dbrec (nil)");
     f->dv.dbrec = f->dbrec;
     assert_int_equal(vqp_mlx5_cq_init(&cq, &f->dv), UCS_OK);
     assert_int_equal(cq.log_cnt, 3);
@@ -69,6 +72,7 @@ static void poll_wraps(uint32_t cqe_size)
         assert_int_equal(be32toh(f->dbrec[VQP_MLX5_CQ_SET_CI]), consumed);
     }
     assert_int_equal(cq.ci, 48);
+    expect_no_log();
     /* Every slot now holds a CQE of an old pass: still nothing to poll. */
     assert_null(vqp_mlx5_cq_poll(&cq));
     assert_int_equal(cq.ci, 48);
@@ -164,6 +168,13 @@ static void test_error_syndromes(void **state)
             assert_non_null(cqe);
             assert_int_equal(vqp_mlx5_cqe_opcode(cqe), op);
             assert_int_equal(vqp_mlx5_cqe_status(cqe), syndromes[i].status);
+            if (syndromes[i].syndrome == MLX5_CQE_SYNDROME_WR_FLUSH_ERR) {
+                expect_log(UCS_LOG_LEVEL_DEBUG, "work request flushed");
+            } else {
+                assert_non_null(
+                    strstr(fake_log_last, side ? "responder" : "requester"));
+                expect_log(UCS_LOG_LEVEL_DIAG, syndromes[i].str);
+            }
             assert_int_equal(vqp_mlx5_cqe_syndrome(cqe), syndromes[i].syndrome);
             assert_int_equal(vqp_mlx5_cqe_vendor_syndrome(cqe), 0x42);
             assert_int_equal(vqp_mlx5_cqe_qpn(cqe), 0xabc00 + i);
@@ -191,11 +202,13 @@ static void test_unexpected_cqes(void **state)
     cqe = vqp_mlx5_cq_poll(&cq);
     assert_non_null(cqe);
     assert_int_equal(vqp_mlx5_cqe_status(cqe), UCS_ERR_IO_ERROR);
+    expect_log(UCS_LOG_LEVEL_ERROR, "compressed CQE (op_own 0x0c)");
 
     fake_cq_push(f, MLX5_CQE_SIG_ERR, 1, 0, 0, 0);
     cqe = vqp_mlx5_cq_poll(&cq);
     assert_non_null(cqe);
     assert_int_equal(vqp_mlx5_cqe_status(cqe), UCS_ERR_IO_ERROR);
+    expect_log(UCS_LOG_LEVEL_ERROR, "unexpected CQE opcode 12");
 
     /* Responder opcodes are good completions. */
     fake_cq_push(f, MLX5_CQE_RESP_SEND_IMM, 1, 0, 0, 0);
@@ -231,7 +244,20 @@ static void test_arm(void **state)
 
     cq.uar = NULL;
     assert_int_equal(vqp_mlx5_cq_arm(&cq, 0), UCS_ERR_UNSUPPORTED);
+    expect_log(UCS_LOG_LEVEL_ERROR, "no doorbell page");
     fake_cq_free(f);
+}
+
+static int log_setup(void **state)
+{
+    fake_log_start();
+    return 0;
+}
+
+static int log_teardown(void **state)
+{
+    fake_log_stop();
+    return 0;
 }
 
 int main(void)
@@ -247,5 +273,5 @@ int main(void)
         cmocka_unit_test(test_arm),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, log_setup, log_teardown);
 }

@@ -32,11 +32,14 @@ static void test_rq_init_rejects(void **state)
 
     qp->dv.rq.stride = 48;
     assert_int_equal(vqp_mlx5_rxwq_init(&rq, &qp->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "8 WQEs of 48 bytes");
     qp->dv.rq.stride = 8;
     assert_int_equal(vqp_mlx5_rxwq_init(&rq, &qp->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "8 WQEs of 8 bytes");
     qp->dv.rq.stride  = 64;
     qp->dv.rq.wqe_cnt = 6;
     assert_int_equal(vqp_mlx5_rxwq_init(&rq, &qp->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "6 WQEs of 64 bytes");
     qp->dv.rq.wqe_cnt = 8;
     assert_int_equal(vqp_mlx5_rxwq_init(&rq, &qp->dv), UCS_OK);
     assert_int_equal(rq.max_sge, 4);
@@ -87,6 +90,7 @@ static void test_rq_post(void **state)
 
     /* Too many SGEs: refused, nothing posted. */
     assert_int_equal(vqp_mlx5_rxwq_post(&rq, sges, 5), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "5 SGEs, at most 4");
 
     /* Not visible before the ring. */
     assert_int_equal(qp->dbrec[MLX5_RCV_DBR], 0);
@@ -99,6 +103,7 @@ static void test_rq_post(void **state)
         assert_int_equal(vqp_mlx5_rxwq_post(&rq, sges, 1), i);
     }
     assert_int_equal(vqp_mlx5_rxwq_post(&rq, sges, 1), UCS_ERR_NO_RESOURCE);
+    expect_no_log();
     for (i = 8; i < 8 * 5; ++i) {
         vqp_mlx5_rxwq_complete(&rq, (uint16_t)(i - 8));
         assert_int_equal(vqp_mlx5_rxwq_avail(&rq), 1);
@@ -151,12 +156,15 @@ static void test_srq_init_rejects(void **state)
 
     f->dv.head = 1;
     assert_int_equal(vqp_mlx5_srq_init(&srq, &f->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "head 1 tail 7: not a new SRQ");
     f->dv.head = 0;
     f->dv.tail = 5; /* 6 WQEs */
     assert_int_equal(vqp_mlx5_srq_init(&srq, &f->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "6 WQEs of 64 bytes");
     f->dv.tail   = 7;
     f->dv.stride = 16; /* no room for a data segment */
     assert_int_equal(vqp_mlx5_srq_init(&srq, &f->dv), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "8 WQEs of 16 bytes");
     f->dv.stride = 64;
     assert_int_equal(vqp_mlx5_srq_init(&srq, &f->dv), UCS_OK);
     assert_int_equal(srq.max_sge, 3);
@@ -192,7 +200,9 @@ static void test_srq_post_free(void **state)
         check_end(&d[1]);
     }
     assert_int_equal(vqp_mlx5_srq_post(&srq, sges, 1), UCS_ERR_NO_RESOURCE);
+    expect_no_log();
     assert_int_equal(vqp_mlx5_srq_post(&srq, sges, 4), UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "4 SGEs, at most 3");
 
     /* Not visible before the ring; then the counter is the record. */
     assert_int_equal(f->dbrec, 0);
@@ -214,6 +224,7 @@ static void test_srq_post_free(void **state)
     assert_int_equal(vqp_mlx5_srq_post(&srq, &sges[1], 1), 4);
     assert_int_equal(vqp_mlx5_srq_post(&srq, &sges[2], 1), 1);
     assert_int_equal(vqp_mlx5_srq_post(&srq, sges, 1), UCS_ERR_NO_RESOURCE);
+    expect_no_log();
     vqp_mlx5_srq_ring(&srq);
     assert_int_equal(be32toh(f->dbrec), 10);
 
@@ -243,6 +254,18 @@ static void test_srq_post_free(void **state)
     fake_srq_free(f);
 }
 
+static int log_setup(void **state)
+{
+    fake_log_start();
+    return 0;
+}
+
+static int log_teardown(void **state)
+{
+    fake_log_stop();
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,5 +275,5 @@ int main(void)
         cmocka_unit_test(test_srq_post_free),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, log_setup, log_teardown);
 }

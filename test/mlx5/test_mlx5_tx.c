@@ -29,6 +29,7 @@ static int tx_setup_n(void **state, uint32_t bbs, unsigned sig_every,
     for (i = 0; i < sizeof(payload); ++i) {
         payload[i] = (uint8_t)(i * 7 + 1);
     }
+    fake_log_start();
     f->qp = fake_qp_new(bbs, 0, 0);
     assert_int_equal(
         vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, sig_every, mode),
@@ -48,6 +49,7 @@ static int tx_teardown(void **state)
 
     fake_qp_free(f->qp);
     free(f);
+    fake_log_stop();
     return 0;
 }
 
@@ -101,29 +103,39 @@ static void test_init_rejects(void **state)
     fake_qp_t *qp      = fake_qp_new(64, 0, 0);
     vqp_mlx5_txwq_t wq = {0};
 
+    fake_log_start();
+
     qp->dv.sq.stride = 128;
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "need a ring of 64-byte BBs");
     qp->dv.sq.stride  = 64;
     qp->dv.sq.wqe_cnt = 48; /* not a power of two */
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "48 BBs");
     qp->dv.sq.wqe_cnt = 16; /* cannot hold two of the largest WQEs */
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "16 BBs");
     qp->dv.sq.wqe_cnt = 64;
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 0x1000000, 0, 1, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "qpn 0x1000000");
     assert_int_equal(
         vqp_mlx5_txwq_init(&wq, &qp->dv, 1, VQP_MLX5_MAX_INLINE + 1, 1, 0),
         UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "max_inline 973");
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 0, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "sig_every 0");
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 65, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "sig_every 65");
     qp->dv.dbrec = NULL;
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "dbrec (nil)");
     qp->dv.dbrec = qp->dbrec;
 
     /* Missing BlueFlame buffer or register: fall back, never write past. */
@@ -136,7 +148,9 @@ static void test_init_rejects(void **state)
                      UCS_OK);
     assert_int_equal(wq.db_mode, VQP_MLX5_DB_RECORD);
     assert_int_equal(vqp_mlx5_txwq_avail(&wq), 64);
+    expect_no_log();
     fake_qp_free(qp);
+    fake_log_stop();
 }
 
 /* Everything a post touches fits one cache line. */
@@ -250,6 +264,7 @@ static void test_multi_bb(void **state)
     assert_int_equal(
         vqp_mlx5_post_write(&f->wq, sges, VQP_MLX5_MAX_SGE + 1, 0x1, 2, 0),
         UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "17 SGEs, at most 16");
     assert_int_equal(f->wq.pi, 7);
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 7);
 
@@ -257,10 +272,12 @@ static void test_multi_bb(void **state)
     sges[0].length = 0x80000000u;
     assert_int_equal(vqp_mlx5_post_write(&f->wq, sges, 1, 0x1, 2, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "message of 2147483648 bytes in 1 SGEs");
     sges[0].length = 0x7fffffffu;
     sges[1].length = 2;
     assert_int_equal(vqp_mlx5_post_read(&f->wq, sges, 2, 0x1, 2, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "message of 2147483649 bytes in 2 SGEs");
     assert_int_equal(f->wq.pi, 7);
     sges[1].length = 1; /* exactly 2 GiB in two pieces */
     idx            = vqp_mlx5_post_read(&f->wq, sges, 2, 0x1, 2, 0);
@@ -356,6 +373,7 @@ static void test_atomics_nop(void **state)
     result.length = 4;
     assert_int_equal(vqp_mlx5_post_atomic_fa(&f->wq, &result, 0, 0, 1, 0),
                      UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "must be one 8-byte SGE");
     assert_int_equal(f->wq.pi, pi);
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), pi);
 }
@@ -416,6 +434,7 @@ static void test_signaling(void **state)
         ++n;
     }
     assert_int_equal(idx, UCS_ERR_NO_RESOURCE);
+    expect_no_log(); /* a full ring is back-pressure, not an error */
     assert_int_equal(n, 64 - 14);
     assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 0);
     assert_int_equal(ctrl_at(f, last)->fm_ce_se, MLX5_WQE_CTRL_CQ_UPDATE);
