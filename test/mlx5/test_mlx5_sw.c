@@ -664,8 +664,8 @@ static int parent_run(int rfd, int wfd)
     int idx, ret = 0;
     char c;
 
-    /* Open after the child's device exists: opening one device while
-     * another process creates its segment is not safe in src/sw yet. */
+    /* Open after the child's device exists; the child sends its address
+     * first, so both sides connect to a device that is already there. */
     if (read_full(rfd, &peer, sizeof(peer)) != 0) {
         return 1;
     }
