@@ -45,6 +45,13 @@ static void expect_err(fx_t *f, int side, int recv, uint16_t wqe, uint8_t synd)
                      f->qp[side].qpn);
 }
 
+/* Fresh fixture after a test step left a QP in ERROR. */
+static int fx_init_again(fx_t *f)
+{
+    fx_fini(f);
+    return fx_init(f, 16, 8, 2, 2);
+}
+
 static void settle(fx_t *f)
 {
     int i;
@@ -412,6 +419,76 @@ static void test_strict_ds_beyond_posted(void **state)
     assert_true(sw_test_log_has("exceeds the posted WQE space"));
 }
 
+static void test_strict_segment_rules(void **state)
+{
+    fx_t *f         = *state;
+    sw_test_qp_t *q = &f->qp[0];
+    unsigned i, units;
+    uint16_t w;
+
+    /* An inline segment after a data segment. */
+    sw_test_dseg(q, 1, f->buf[0], 8, f->lkey[0]);
+    units = sw_test_inline(q, 2, "xy", 2);
+    sw_test_ctrl(q, MLX5_OPCODE_SEND, 2 + units, CU, 0);
+    w = sw_test_ring(q, 2 + units);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    assert_true(sw_test_log_has("inline segment after a data segment"));
+    assert_int_equal(fx_init_again(f), 0);
+
+    /* RDMA_READ cannot scatter into inline data. */
+    q     = &f->qp[0];
+    units = sw_test_inline(q, 2, "xy", 2);
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1], f->rkey[1]);
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_READ, 2 + units, CU, 0);
+    w = sw_test_ring(q, 2 + units);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    assert_true(sw_test_log_has("RDMA_READ with an inline segment"));
+    assert_int_equal(fx_init_again(f), 0);
+
+    /* 17 data segments: more than max_sge (16). */
+    q = &f->qp[0];
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1], f->rkey[1]);
+    for (i = 0; i < 17; ++i) {
+        sw_test_dseg(q, 2 + i, f->buf[0], 1, f->lkey[0]);
+    }
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 19, CU, 0);
+    w = sw_test_ring(q, 19);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    assert_true(sw_test_log_has("more data segments than max_sge"));
+    assert_int_equal(fx_init_again(f), 0);
+
+    /* Two 2 GiB segments (byte_count 0): over max_msg_sz. */
+    q = &f->qp[0];
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1], f->rkey[1]);
+    sw_test_dseg(q, 2, f->buf[0], 0, f->lkey[0]);
+    sw_test_dseg(q, 3, f->buf[0], 0, f->lkey[0]);
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 4, CU, 0);
+    w = sw_test_ring(q, 4);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    assert_true(sw_test_log_has("exceeds max_msg_sz"));
+}
+
+/* A doorbell rung on a QP in RESET is ignored (a reset QP executes
+ * nothing) and logged; the QP stays usable. */
+static void test_strict_doorbell_in_reset(void **state)
+{
+    fx_t *f = *state;
+    sw_test_cq_t cq;
+    sw_test_qp_t q;
+
+    assert_int_equal(sw_test_cq_create(f->devs[0], 8, &cq), UCS_OK);
+    assert_int_equal(sw_test_qp_create(f->devs[0], &cq, &cq, NULL, 8, 0, 0, &q),
+                     UCS_OK);
+    sw_test_ctrl(&q, MLX5_OPCODE_NOP, 1, CU, 0);
+    sw_test_ring(&q, 1);
+    vqp_sw_progress(f->devs[0]);
+    assert_true(sw_test_log_has("rung in state RESET (SQ requires RTS)"));
+    assert_null(sw_test_cq_peek(&cq));
+    assert_int_equal(vqp_sw_qp_state(q.qp), IBV_QPS_RESET);
+    assert_int_equal(vqp_sw_qp_destroy(q.qp), UCS_OK);
+    assert_int_equal(vqp_sw_cq_destroy(cq.cq), UCS_OK);
+}
+
 static void test_strict_wqe_index(void **state)
 {
     fx_t *f         = *state;
@@ -674,6 +751,8 @@ int main(void)
         T(test_strict_ds_too_small),
         T(test_strict_inline_ds_mismatch),
         T(test_strict_ds_beyond_posted),
+        T(test_strict_segment_rules),
+        T(test_strict_doorbell_in_reset),
         T(test_strict_wqe_index),
         T(test_strict_qpn),
         T(test_strict_sq_overflow),
