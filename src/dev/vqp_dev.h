@@ -235,9 +235,10 @@ void vqp_dev_connect_params_default(vqp_dev_connect_params_t *params);
  * dynamic range 0xC000..0xFFFF, distinct for 16384 consecutive indices. */
 uint16_t vqp_dev_udp_sport(uint16_t base, unsigned index);
 
-/* RESET -> INIT -> RTR -> RTS towards @a remote. The QP must be in RESET
- * (UCS_ERR_INVALID_PARAM otherwise); an unreachable @a remote gives
- * UCS_ERR_UNREACHABLE and leaves the QP in RESET. @a params may be NULL. */
+/* RESET -> INIT -> RTR -> RTS towards @a remote (QPN 2..0xffffff). The QP
+ * must be in RESET (UCS_ERR_INVALID_PARAM otherwise); an unreachable @a remote
+ * gives UCS_ERR_UNREACHABLE. On any failure the QP is left in RESET. @a params
+ * may be NULL for the defaults. */
 ucs_status_t vqp_dev_qp_connect(vqp_dev_qp_t *qp,
                                 const vqp_dev_qp_addr_t *remote,
                                 const vqp_dev_connect_params_t *params);
