@@ -2,9 +2,11 @@
 noinst_LTLIBRARIES += src/sw/libvqp_sw.la
 src_sw_libvqp_sw_la_SOURCES = \
 	src/sw/sw_dev.c \
+	src/sw/sw_peer.c \
 	src/sw/sw_mr.c \
 	src/sw/sw_queue.c \
 	src/sw/sw_req.c \
+	src/sw/sw_rdma.c \
 	src/sw/sw_resp.c \
 	src/sw/sw_comp.c \
 	src/sw/sw_fault.c

@@ -286,7 +286,42 @@ void vqp_sw_cqe_resp(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec);
 void vqp_sw_cq_release_held(vqp_sw_cq_t *cq);
 unsigned vqp_sw_flush_qp(vqp_sw_qp_t *qp);
 
-/* sw_req.c */
+/* sw_req.c, sw_rdma.c: the requester */
+typedef enum vqp_sw_req_result {
+    VQP_SW_REQ_DONE,
+    VQP_SW_REQ_STALL, /* qp->stall says why; retry the same WQE later */
+    VQP_SW_REQ_ERROR  /* error CQE written, QP moved to ERR */
+} vqp_sw_req_result_t;
+
+/* A parsed WQE: segments after ctrl/raddr/atomic as local iovecs. */
+typedef struct vqp_sw_wqe {
+    const uint8_t *base;
+    uint8_t opcode;
+    uint8_t fm_ce_se;
+    unsigned ds;
+    unsigned nbb;
+    uint32_t imm;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint64_t swap_add;
+    uint64_t compare;
+    unsigned n_iov;
+    uint64_t len;
+    struct iovec iov[VQP_SW_MAX_SGE];
+    uint32_t lkey[VQP_SW_MAX_SGE];
+    bool is_inline;
+} vqp_sw_wqe_t;
+vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
+                                    uint8_t syndrome);
+vqp_sw_req_result_t vqp_sw_req_stall(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
+                                     vqp_sw_stall_t why);
+bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
+                       const char **why);
+const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
+                                   unsigned access, unsigned *bad);
+vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w);
+vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w);
+unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget);
 unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp);
 
 /* sw_resp.c */

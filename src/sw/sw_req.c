@@ -1,8 +1,8 @@
 /*
  * Software mlx5 device: the requester. Walks a QP's send queue from its
- * doorbell record, checks each WQE against the mlx5 contract, executes it
- * (one-sided operations directly into the peer process, two-sided ones via
- * sw_resp.c), handles RNR and transport retries, and writes requester CQEs.
+ * doorbell record, checks each WQE against the mlx5 contract, dispatches it
+ * (one-sided operations to sw_rdma.c, two-sided ones to sw_resp.c), handles
+ * RNR and transport retries, and writes requester CQEs.
  */
 #include <config.h>
 
@@ -20,33 +20,9 @@ static const uint32_t vqp_sw_rnr_us[32] = {
     2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
     40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
-typedef enum vqp_sw_req_result {
-    VQP_SW_REQ_DONE,
-    VQP_SW_REQ_STALL, /* qp->stall says why; retry the same WQE later */
-    VQP_SW_REQ_ERROR  /* error CQE written, QP moved to ERR */
-} vqp_sw_req_result_t;
 
-/* A parsed WQE: segments after ctrl/raddr/atomic as local iovecs. */
-typedef struct vqp_sw_wqe {
-    const uint8_t *base;
-    uint8_t opcode;
-    uint8_t fm_ce_se;
-    unsigned ds;
-    unsigned nbb;
-    uint32_t imm;
-    uint64_t raddr;
-    uint32_t rkey;
-    uint64_t swap_add;
-    uint64_t compare;
-    unsigned n_iov;
-    uint64_t len;
-    struct iovec iov[VQP_SW_MAX_SGE];
-    uint32_t lkey[VQP_SW_MAX_SGE];
-    bool is_inline;
-} vqp_sw_wqe_t;
-
-static vqp_sw_req_result_t
-vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w, uint8_t syndrome)
+vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
+                                    uint8_t syndrome)
 {
     vqp_sw_cqe_err(qp, qp->send_cq, false, qp->sq_ci, w->opcode, syndrome);
     qp->sq_ci += w->nbb ? w->nbb : 1;
@@ -65,8 +41,8 @@ vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w, uint8_t syndrome)
         vqp_sw_req_fail(_qp, _w, _synd);                                \
     })
 
-static bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
-                              const char **why)
+bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
+                       const char **why)
 {
     const uint8_t *seg;
     uint32_t bc, len;
@@ -124,9 +100,8 @@ static bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
 }
 
 /* Local gather/scatter list against our own MR table. */
-static const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp,
-                                          const vqp_sw_wqe_t *w,
-                                          unsigned access, unsigned *bad)
+const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
+                                   unsigned access, unsigned *bad)
 {
     const char *why;
     unsigned i;
@@ -146,33 +121,8 @@ static const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp,
     return NULL;
 }
 
-/* rkey + bounds + rights at the target, and the target QP's own rights.
- * On failure the target QP is told to enter ERROR, as a ConnectX responder
- * does on an access violation. */
-static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
-                                  uint64_t raddr, uint32_t rkey, uint64_t len,
-                                  unsigned access)
-{
-    const char *why = NULL;
-
-    if ((tqp->access & access) != access) {
-        why = "target QP lacks the remote access right";
-    } else {
-        why = vqp_sw_mr_check(qp->peer->shm, rkey, raddr, len, access);
-    }
-    if (why == NULL) {
-        return true;
-    }
-    ucs_error("vqp_sw %s: QP 0x%x WQE %u: remote access 0x%lx+%lu rkey 0x%x "
-              "refused: %s",
-              qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
-    __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-                     __ATOMIC_RELEASE);
-    return false;
-}
-
-static vqp_sw_req_result_t
-vqp_sw_req_stall(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w, vqp_sw_stall_t why)
+vqp_sw_req_result_t vqp_sw_req_stall(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
+                                     vqp_sw_stall_t why)
 {
     uint64_t wait_ns;
 
@@ -212,84 +162,6 @@ vqp_sw_req_stall(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w, vqp_sw_stall_t why)
     return VQP_SW_REQ_STALL;
 }
 
-static vqp_sw_req_result_t vqp_sw_req_xfer_err(vqp_sw_qp_t *qp,
-                                               const vqp_sw_wqe_t *w, int err)
-{
-    if (err == ESRCH) {
-        qp->peer->dead = true;
-        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
-    }
-    ucs_error("vqp_sw %s: QP 0x%x WQE %u: data movement with pid %u failed: "
-              "%s (registered memory not mapped?)",
-              qp->dev->name, qp->qpn, qp->sq_ci, qp->peer->pid, strerror(err));
-    return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-}
-
-static vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
-{
-    bool is_read   = (w->opcode == MLX5_OPCODE_RDMA_READ);
-    unsigned right = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
-    vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
-    struct iovec riov;
-    int err;
-
-    if (tqp == NULL) {
-        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
-    }
-    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, w->len, right)) {
-        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-    }
-    riov.iov_base = (void *)(uintptr_t)w->raddr;
-    riov.iov_len  = w->len;
-    err = vqp_sw_xfer(qp->peer->pid, !is_read, w->iov, w->n_iov, &riov, 1);
-    if (err != 0) {
-        return vqp_sw_req_xfer_err(qp, w, err);
-    }
-    return VQP_SW_REQ_DONE;
-}
-
-static vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
-{
-    vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
-    uint64_t old, val, result;
-    struct iovec liov, riov;
-    int err;
-
-    if (tqp == NULL) {
-        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
-    }
-    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, 8,
-                               IBV_ACCESS_REMOTE_ATOMIC)) {
-        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-    }
-    liov.iov_base = &old;
-    liov.iov_len  = sizeof(old);
-    riov.iov_base = (void *)(uintptr_t)w->raddr;
-    riov.iov_len  = sizeof(old);
-    /* Atomic among all device atomics on the target: its lock serialises
-     * the read-modify-write. Remote memory holds host byte order. */
-    vqp_sw_lock(qp->peer->shm);
-    err = vqp_sw_xfer(qp->peer->pid, false, &liov, 1, &riov, 1);
-    if (err == 0) {
-        if (w->opcode == MLX5_OPCODE_ATOMIC_FA) {
-            val = old + w->swap_add;
-        } else {
-            val = (old == w->compare) ? w->swap_add : old;
-        }
-        liov.iov_base = &val;
-        err           = (val == old)
-                            ? 0
-                            : vqp_sw_xfer(qp->peer->pid, true, &liov, 1, &riov, 1);
-    }
-    vqp_sw_unlock(qp->peer->shm);
-    if (err != 0) {
-        return vqp_sw_req_xfer_err(qp, w, err);
-    }
-    /* The original value lands big-endian, as the HCA returns it. */
-    result = htobe64(old);
-    memcpy(w->iov[0].iov_base, &result, sizeof(result));
-    return VQP_SW_REQ_DONE;
-}
 
 static vqp_sw_req_result_t vqp_sw_req_two_sided(vqp_sw_qp_t *qp,
                                                 vqp_sw_wqe_t *w)
@@ -490,93 +362,6 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     return VQP_SW_REQ_DONE;
 }
 
-/*
- * Executes a run of consecutive plain RDMA_WRITEs from sq_ci with one
- * process_vm_writev (one syscall instead of one per WQE: small writes are
- * syscall-bound). Conservative: the run ends before any WQE that is not an
- * unwrapped, well-formed RDMA_WRITE with valid keys, and a failed transfer
- * completes nothing; the one-by-one path then executes or reports that WQE
- * exactly (rewriting the same bytes is harmless). Returns WQEs completed.
- */
-static unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi,
-                                     unsigned budget)
-{
-    const uint32_t mask = qp->sq_wqe_cnt - 1;
-    struct iovec liov[VQP_SW_RUN_IOV], riov[VQP_SW_RUN_MAX];
-    struct {
-        uint16_t idx;
-        uint16_t nbb;
-        uint32_t len;
-        bool signaled;
-    } ent[VQP_SW_RUN_MAX];
-    const struct mlx5_wqe_ctrl_seg *ctrl;
-    const struct mlx5_wqe_raddr_seg *rseg;
-    vqp_sw_shm_qp_t *tqp;
-    const char *why = NULL;
-    unsigned n = 0, nl = 0, nr = 0, bad, i;
-    uint32_t first_bb;
-    uint16_t pos = qp->sq_ci;
-    vqp_sw_wqe_t w;
-
-    tqp = vqp_sw_peer_qp(qp);
-    if ((tqp == NULL) || qp->dev->fault.enabled ||
-        !(tqp->access & IBV_ACCESS_REMOTE_WRITE)) {
-        return 0;
-    }
-    while ((pos != pi) && (n < budget) && (n < VQP_SW_RUN_MAX)) {
-        first_bb = pos & mask;
-        ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
-        w.ds     = be32toh(ctrl->qpn_ds) & 0x3f;
-        w.nbb    = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
-        w.base   = (const uint8_t *)ctrl;
-        w.opcode = MLX5_OPCODE_RDMA_WRITE;
-        if ((be32toh(ctrl->opmod_idx_opcode) !=
-             (((uint32_t)pos << 8) | MLX5_OPCODE_RDMA_WRITE)) ||
-            ((be32toh(ctrl->qpn_ds) >> 8) != qp->qpn) || (w.ds < 2) ||
-            (w.nbb > (uint16_t)(pi - pos)) ||
-            (first_bb + w.nbb > qp->sq_wqe_cnt) ||
-            !vqp_sw_req_layout(qp, &w, 2, &why) ||
-            (nl + w.n_iov > VQP_SW_RUN_IOV) ||
-            (vqp_sw_req_check_lkeys(qp, &w, 0, &bad) != NULL)) {
-            break;
-        }
-        rseg = (const void *)(w.base + 16);
-        if (w.len > 0) {
-            if ((w.len > VQP_SW_MAX_MSG) ||
-                (vqp_sw_mr_check(qp->peer->shm, be32toh(rseg->rkey),
-                                 be64toh(rseg->raddr), w.len,
-                                 IBV_ACCESS_REMOTE_WRITE) != NULL)) {
-                break;
-            }
-            riov[nr].iov_base = (void *)(uintptr_t)be64toh(rseg->raddr);
-            riov[nr].iov_len  = w.len;
-            ++nr;
-            memcpy(&liov[nl], w.iov, w.n_iov * sizeof(*liov));
-            nl += w.n_iov;
-        }
-        ent[n].idx      = pos;
-        ent[n].nbb      = (uint16_t)w.nbb;
-        ent[n].len      = (uint32_t)w.len;
-        ent[n].signaled = ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE;
-        pos += w.nbb;
-        ++n;
-    }
-    if ((n == 0) ||
-        (vqp_sw_xfer(qp->peer->pid, true, liov, nl, riov, nr) != 0)) {
-        return 0;
-    }
-    for (i = 0; i < n; ++i) {
-        if (ent[i].signaled) {
-            vqp_sw_cqe_req(qp, ent[i].idx, MLX5_OPCODE_RDMA_WRITE, ent[i].len);
-        }
-        qp->shm->bytes += ent[i].len;
-    }
-    qp->shm->wqes += n;
-    qp->sq_ci       = pos;
-    qp->stall       = VQP_SW_STALL_NONE;
-    qp->stall_count = 0;
-    return n;
-}
 
 unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
 {

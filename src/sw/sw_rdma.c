@@ -1,0 +1,205 @@
+/*
+ * Software mlx5 device: one-sided execution for the requester. RDMA_WRITE
+ * and RDMA_READ straight into the target process after the rkey check,
+ * atomics under the target's lock, and runs of WRITEs merged into a single
+ * process_vm_writev.
+ */
+#include <config.h>
+
+#include "sw_int.h"
+
+#include <ucs/debug/log.h>
+
+#include <errno.h>
+#include <string.h>
+
+/* rkey + bounds + rights at the target, and the target QP's own rights.
+ * On failure the target QP is told to enter ERROR, as a ConnectX responder
+ * does on an access violation. */
+static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                  uint64_t raddr, uint32_t rkey, uint64_t len,
+                                  unsigned access)
+{
+    const char *why = NULL;
+
+    if ((tqp->access & access) != access) {
+        why = "target QP lacks the remote access right";
+    } else {
+        why = vqp_sw_mr_check(qp->peer->shm, rkey, raddr, len, access);
+    }
+    if (why == NULL) {
+        return true;
+    }
+    ucs_error("vqp_sw %s: QP 0x%x WQE %u: remote access 0x%lx+%lu rkey 0x%x "
+              "refused: %s",
+              qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
+    __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+                     __ATOMIC_RELEASE);
+    return false;
+}
+
+static vqp_sw_req_result_t vqp_sw_req_xfer_err(vqp_sw_qp_t *qp,
+                                               const vqp_sw_wqe_t *w, int err)
+{
+    if (err == ESRCH) {
+        qp->peer->dead = true;
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
+    ucs_error("vqp_sw %s: QP 0x%x WQE %u: data movement with pid %u failed: "
+              "%s (registered memory not mapped?)",
+              qp->dev->name, qp->qpn, qp->sq_ci, qp->peer->pid, strerror(err));
+    return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+}
+
+vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
+{
+    bool is_read   = (w->opcode == MLX5_OPCODE_RDMA_READ);
+    unsigned right = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
+    struct iovec riov;
+    int err;
+
+    if (tqp == NULL) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
+    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, w->len, right)) {
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    }
+    riov.iov_base = (void *)(uintptr_t)w->raddr;
+    riov.iov_len  = w->len;
+    err = vqp_sw_xfer(qp->peer->pid, !is_read, w->iov, w->n_iov, &riov, 1);
+    if (err != 0) {
+        return vqp_sw_req_xfer_err(qp, w, err);
+    }
+    return VQP_SW_REQ_DONE;
+}
+
+vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
+{
+    vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
+    uint64_t old, val, result;
+    struct iovec liov, riov;
+    int err;
+
+    if (tqp == NULL) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
+    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, 8,
+                               IBV_ACCESS_REMOTE_ATOMIC)) {
+        return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    }
+    liov.iov_base = &old;
+    liov.iov_len  = sizeof(old);
+    riov.iov_base = (void *)(uintptr_t)w->raddr;
+    riov.iov_len  = sizeof(old);
+    /* Atomic among all device atomics on the target: its lock serialises
+     * the read-modify-write. Remote memory holds host byte order. */
+    vqp_sw_lock(qp->peer->shm);
+    err = vqp_sw_xfer(qp->peer->pid, false, &liov, 1, &riov, 1);
+    if (err == 0) {
+        if (w->opcode == MLX5_OPCODE_ATOMIC_FA) {
+            val = old + w->swap_add;
+        } else {
+            val = (old == w->compare) ? w->swap_add : old;
+        }
+        liov.iov_base = &val;
+        err           = (val == old)
+                            ? 0
+                            : vqp_sw_xfer(qp->peer->pid, true, &liov, 1, &riov, 1);
+    }
+    vqp_sw_unlock(qp->peer->shm);
+    if (err != 0) {
+        return vqp_sw_req_xfer_err(qp, w, err);
+    }
+    /* The original value lands big-endian, as the HCA returns it. */
+    result = htobe64(old);
+    memcpy(w->iov[0].iov_base, &result, sizeof(result));
+    return VQP_SW_REQ_DONE;
+}
+
+/*
+ * Executes a run of consecutive plain RDMA_WRITEs from sq_ci with one
+ * process_vm_writev (one syscall instead of one per WQE: small writes are
+ * syscall-bound). Conservative: the run ends before any WQE that is not an
+ * unwrapped, well-formed RDMA_WRITE with valid keys, and a failed transfer
+ * completes nothing; the one-by-one path then executes or reports that WQE
+ * exactly (rewriting the same bytes is harmless). Returns WQEs completed.
+ */
+unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
+{
+    const uint32_t mask = qp->sq_wqe_cnt - 1;
+    struct iovec liov[VQP_SW_RUN_IOV], riov[VQP_SW_RUN_MAX];
+    struct {
+        uint16_t idx;
+        uint16_t nbb;
+        uint32_t len;
+        bool signaled;
+    } ent[VQP_SW_RUN_MAX];
+    const struct mlx5_wqe_ctrl_seg *ctrl;
+    const struct mlx5_wqe_raddr_seg *rseg;
+    vqp_sw_shm_qp_t *tqp;
+    const char *why = NULL;
+    unsigned n = 0, nl = 0, nr = 0, bad, i;
+    uint32_t first_bb;
+    uint16_t pos = qp->sq_ci;
+    vqp_sw_wqe_t w;
+
+    tqp = vqp_sw_peer_qp(qp);
+    if ((tqp == NULL) || qp->dev->fault.enabled ||
+        !(tqp->access & IBV_ACCESS_REMOTE_WRITE)) {
+        return 0;
+    }
+    while ((pos != pi) && (n < budget) && (n < VQP_SW_RUN_MAX)) {
+        first_bb = pos & mask;
+        ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
+        w.ds     = be32toh(ctrl->qpn_ds) & 0x3f;
+        w.nbb    = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
+        w.base   = (const uint8_t *)ctrl;
+        w.opcode = MLX5_OPCODE_RDMA_WRITE;
+        if ((be32toh(ctrl->opmod_idx_opcode) !=
+             (((uint32_t)pos << 8) | MLX5_OPCODE_RDMA_WRITE)) ||
+            ((be32toh(ctrl->qpn_ds) >> 8) != qp->qpn) || (w.ds < 2) ||
+            (w.nbb > (uint16_t)(pi - pos)) ||
+            (first_bb + w.nbb > qp->sq_wqe_cnt) ||
+            !vqp_sw_req_layout(qp, &w, 2, &why) ||
+            (nl + w.n_iov > VQP_SW_RUN_IOV) ||
+            (vqp_sw_req_check_lkeys(qp, &w, 0, &bad) != NULL)) {
+            break;
+        }
+        rseg = (const void *)(w.base + 16);
+        if (w.len > 0) {
+            if ((w.len > VQP_SW_MAX_MSG) ||
+                (vqp_sw_mr_check(qp->peer->shm, be32toh(rseg->rkey),
+                                 be64toh(rseg->raddr), w.len,
+                                 IBV_ACCESS_REMOTE_WRITE) != NULL)) {
+                break;
+            }
+            riov[nr].iov_base = (void *)(uintptr_t)be64toh(rseg->raddr);
+            riov[nr].iov_len  = w.len;
+            ++nr;
+            memcpy(&liov[nl], w.iov, w.n_iov * sizeof(*liov));
+            nl += w.n_iov;
+        }
+        ent[n].idx      = pos;
+        ent[n].nbb      = (uint16_t)w.nbb;
+        ent[n].len      = (uint32_t)w.len;
+        ent[n].signaled = ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE;
+        pos += w.nbb;
+        ++n;
+    }
+    if ((n == 0) ||
+        (vqp_sw_xfer(qp->peer->pid, true, liov, nl, riov, nr) != 0)) {
+        return 0;
+    }
+    for (i = 0; i < n; ++i) {
+        if (ent[i].signaled) {
+            vqp_sw_cqe_req(qp, ent[i].idx, MLX5_OPCODE_RDMA_WRITE, ent[i].len);
+        }
+        qp->shm->bytes += ent[i].len;
+    }
+    qp->shm->wqes += n;
+    qp->sq_ci       = pos;
+    qp->stall       = VQP_SW_STALL_NONE;
+    qp->stall_count = 0;
+    return n;
+}
