@@ -448,12 +448,147 @@ static void test_stale_cleanup_on_open(void **state)
     close(fds[0]);
 }
 
+#define SRQ_MSGS 300
+
+/* Sender child for the shared-SRQ test: SRQ_MSGS SENDs of {id, seq}. */
+static int srq_child_main(int rfd, int wfd, uint32_t id)
+{
+    struct mlx5_cqe64 cqe;
+    uint32_t msg[2], done = 0, i;
+    peer_info_t me;
+    side_t s;
+
+    if (side_open(&s, 7) != 0) {
+        return 30;
+    }
+    side_info(&s, &me);
+    if ((xwrite(wfd, &me, sizeof(me)) != 0) ||
+        (xread(rfd, &s.peer, sizeof(s.peer)) != 0) ||
+        (side_connect(&s, 7) != 0)) {
+        return 31;
+    }
+    for (i = 0; i < SRQ_MSGS; ++i) {
+        msg[0] = id;
+        msg[1] = i;
+        /* Inline: the payload travels in the WQE. */
+        sw_test_inline(&s.qp, 1, msg, sizeof(msg));
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 2,
+                     ((i % 16) == 15) || (i == SRQ_MSGS - 1)
+                         ? MLX5_WQE_CTRL_CQ_UPDATE
+                         : 0,
+                     0);
+        sw_test_ring(&s.qp, 2);
+        /* At most 32 in flight: wait for a signaled completion. */
+        while (i + 1 - done > 32) {
+            if ((side_poll(&s, &s.scq, &cqe) != 0) ||
+                (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+                return 32;
+            }
+            done = be16toh(cqe.wqe_counter) + 1;
+        }
+    }
+    while (done < SRQ_MSGS) {
+        if ((side_poll(&s, &s.scq, &cqe) != 0) ||
+            (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+            return 33;
+        }
+        done = be16toh(cqe.wqe_counter) + 1;
+    }
+    if (xread(rfd, msg, 1) != 0) { /* parent done */
+        return 34;
+    }
+    side_close(&s);
+    return 0;
+}
+
+/* Two sender processes into one SRQ at the same time: every message
+ * arrives exactly once, in order per sender, and SRQ entries recycle. */
+static void test_srq_two_senders(void **state)
+{
+    enum { N_CHILD = 2, N_ENTRIES = 32 };
+    int to_child[N_CHILD][2], from_child[N_CHILD][2], status;
+    uint32_t next[N_CHILD] = {0, 0}, msg[2], got = 0;
+    sw_test_qp_t qp[N_CHILD];
+    uint8_t *ebuf[64] = {NULL}, *buf;
+    struct mlx5_cqe64 cqe;
+    sw_test_srq_t srq;
+    peer_info_t peer, me;
+    pid_t child[N_CHILD];
+    uint16_t idx;
+    unsigned i;
+    side_t s;
+
+    assert_int_equal(side_open(&s, 7), 0);
+    memset(&srq, 0, sizeof(srq));
+    assert_int_equal(vqp_sw_srq_create(s.dev, N_ENTRIES, 1, &srq.srq, &srq.dv),
+                     UCS_OK);
+    /* Entry index -> its buffer: recycled entries move around the list. */
+    for (i = 0; i < N_ENTRIES; ++i) {
+        ebuf[sw_test_srq_post(&srq, s.buf + i * 64, 64, s.lkey)] =
+            s.buf + i * 64;
+    }
+    for (i = 0; i < N_CHILD; ++i) {
+        assert_int_equal(pipe(to_child[i]), 0);
+        assert_int_equal(pipe(from_child[i]), 0);
+        child[i] = fork();
+        assert_true(child[i] >= 0);
+        if (child[i] == 0) {
+            int rc = srq_child_main(to_child[i][0], from_child[i][1], i);
+
+            if (rc != 0) {
+                fprintf(stderr, "srq child %u failed at step %d\n", i, rc);
+            }
+            _exit(rc);
+        }
+        assert_int_equal(xread(from_child[i][0], &peer, sizeof(peer)), 0);
+        assert_int_equal(
+            sw_test_qp_create(s.dev, &s.scq, &s.rcq, &srq, 8, 0, 0, &qp[i]),
+            UCS_OK);
+        assert_int_equal(sw_test_qp_connect(&qp[i], &peer.addr, peer.qpn,
+                                            SW_TEST_ACCESS_ALL, 7, 3),
+                         UCS_OK);
+        side_info(&s, &me);
+        me.qpn = qp[i].qpn;
+        assert_int_equal(xwrite(to_child[i][1], &me, sizeof(me)), 0);
+    }
+    while (got < N_CHILD * SRQ_MSGS) {
+        assert_int_equal(side_poll(&s, &s.rcq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+        assert_int_equal(be32toh(cqe.byte_cnt), sizeof(msg));
+        idx = be16toh(cqe.wqe_counter);
+        assert_true(idx < 64);
+        assert_non_null(ebuf[idx]);
+        memcpy(msg, ebuf[idx], sizeof(msg));
+        assert_true(msg[0] < N_CHILD);
+        assert_int_equal(sw_test_cqe_qpn(&cqe), qp[msg[0]].qpn);
+        assert_int_equal(msg[1], next[msg[0]]);
+        ++next[msg[0]];
+        ++got;
+        buf       = ebuf[idx];
+        ebuf[idx] = NULL;
+        sw_test_srq_free(&srq, idx);
+        ebuf[sw_test_srq_post(&srq, buf, 64, s.lkey)] = buf;
+    }
+    for (i = 0; i < N_CHILD; ++i) {
+        assert_int_equal(xwrite(to_child[i][1], "d", 1), 0);
+        assert_int_equal(waitpid(child[i], &status, 0), child[i]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        close(to_child[i][1]);
+        close(from_child[i][0]);
+        vqp_sw_qp_destroy(qp[i].qp);
+    }
+    assert_int_equal(vqp_sw_srq_destroy(srq.srq), UCS_OK);
+    side_close(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_sided),
         cmocka_unit_test(test_two_sided_echo),
         cmocka_unit_test(test_rnr_across),
+        cmocka_unit_test(test_srq_two_senders),
         cmocka_unit_test(test_dead_peer),
         cmocka_unit_test(test_stale_cleanup_on_open),
     };
