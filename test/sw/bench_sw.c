@@ -32,7 +32,7 @@ static double now_s(void)
 
 typedef struct ep {
     vqp_sw_dev_t *dev;
-    sw_test_cq_t cq;
+    sw_test_cq_t cq, rcq;
     sw_test_qp_t qp;
     uint8_t *buf;
     vqp_sw_mr_t *mr;
@@ -48,8 +48,9 @@ static void ep_open(ep_t *e)
                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &e->mr,
                        &e->lkey, &e->rkey) != UCS_OK) ||
         (sw_test_cq_create(e->dev, 4096, &e->cq) != UCS_OK) ||
-        (sw_test_qp_create(e->dev, &e->cq, &e->cq, NULL, 1024, 0, 64, &e->qp) !=
-         UCS_OK)) {
+        (sw_test_cq_create(e->dev, 256, &e->rcq) != UCS_OK) ||
+        (sw_test_qp_create(e->dev, &e->cq, &e->rcq, NULL, 1024, 64, 64,
+                           &e->qp) != UCS_OK)) {
         fprintf(stderr, "bench: setup failed\n");
         exit(1);
     }
@@ -95,6 +96,39 @@ static double run_writes(ep_t *e, const info_t *peer, size_t size, unsigned n)
     return n / (now_s() - t0);
 }
 
+/* 8-byte inline SEND and wait for the echo; returns the round trip in
+ * us. @a echo: the child's side (receive, then send back). */
+static double run_pingpong(ep_t *e, unsigned n, int echo)
+{
+    double t0        = now_s();
+    uint64_t payload = 0;
+    unsigned i;
+
+    for (i = 0; i < 64; ++i) {
+        sw_test_post_recv(&e->qp, e->buf + i * 64, 64, e->lkey);
+    }
+    for (i = 0; i < n; ++i) {
+        if (!echo) {
+            sw_test_inline(&e->qp, 1, &payload, 8);
+            sw_test_ctrl(&e->qp, MLX5_OPCODE_SEND, 2, 0, 0);
+            sw_test_ring(&e->qp, 2);
+        }
+        while (sw_test_cq_peek(&e->rcq) == NULL) {
+            vqp_sw_progress(e->dev);
+            sched_yield();
+        }
+        sw_test_cq_pop(&e->rcq);
+        sw_test_post_recv(&e->qp, e->buf + (i % 64) * 64, 64, e->lkey);
+        if (echo) {
+            sw_test_inline(&e->qp, 1, &payload, 8);
+            sw_test_ctrl(&e->qp, MLX5_OPCODE_SEND, 2, 0, 0);
+            sw_test_ring(&e->qp, 2);
+            vqp_sw_progress(e->dev);
+        }
+    }
+    return (now_s() - t0) * 1e6 / n;
+}
+
 static double run_raw(pid_t pid, const info_t *peer, uint8_t *src, size_t size,
                       unsigned n)
 {
@@ -136,6 +170,7 @@ int main(void)
         sw_test_qp_connect(&e.qp, &peer.addr, peer.qpn, IBV_ACCESS_REMOTE_WRITE,
                            7, 7);
         write(to_parent[1], "r", 1);
+        run_pingpong(&e, 20000, 1);
         /* One-sided: the target's engine has nothing to do; just wait. */
         read(to_child[0], &c, 1);
         vqp_sw_qp_destroy(e.qp.qp);
@@ -150,6 +185,8 @@ int main(void)
     sw_test_qp_connect(&e.qp, &peer.addr, peer.qpn, IBV_ACCESS_REMOTE_WRITE, 7,
                        7);
     read(to_parent[0], &c, 1);
+    printf("SEND ping-pong round trip, 8 B inline: %.2f us\n",
+           run_pingpong(&e, 20000, 0));
     printf("%-8s %14s %14s %8s %12s %12s\n", "size", "vqp_sw op/s",
            "raw pvw op/s", "ratio", "vqp_sw MB/s", "raw MB/s");
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
