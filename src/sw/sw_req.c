@@ -20,7 +20,6 @@ static const uint32_t vqp_sw_rnr_us[32] = {
     2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
     40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
-
 vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
                                     uint8_t syndrome)
 {

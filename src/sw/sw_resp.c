@@ -79,10 +79,8 @@ vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     pi  = (uint16_t)be32toh(
          __atomic_load_n(&pshm->srq_dbrec[tqp->srq_index][0], __ATOMIC_ACQUIRE));
     avail = (uint16_t)(pi - srq->consumed);
+    /* One entry is the list's spare: at most wqe_cnt - 1 can be posted. */
     if (avail >= srq->wqe_cnt) {
-        if (avail == 0) {
-            return VQP_SW_RESP_RNR;
-        }
         ucs_error("vqp_sw %s: peer SRQ %u: overflow: counter %u is %u ahead "
                   "(%u usable entries)",
                   qp->dev->name, tqp->srq_index, pi, avail, srq->wqe_cnt - 1);
@@ -178,7 +176,9 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     }
     if (opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
         cqe_op = MLX5_CQE_RESP_WR_IMM;
-        if ((tqp->access & IBV_ACCESS_REMOTE_WRITE) == 0) {
+        if (len == 0) {
+            why = NULL; /* no memory touched: no rkey check, as on IB */
+        } else if ((tqp->access & IBV_ACCESS_REMOTE_WRITE) == 0) {
             why = "target QP lacks REMOTE_WRITE";
         } else {
             why = vqp_sw_mr_check(pshm, rkey, raddr, len,
