@@ -10,6 +10,7 @@
 #include "sw_int.h"
 
 #include <ucs/debug/log.h>
+#include <ucs/sys/math.h>
 
 #include <errno.h>
 #include <string.h>
@@ -53,6 +54,14 @@ vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
         if (tqp->rq_wqe_cnt == 0) {
             return VQP_SW_RESP_RNR;
         }
+        /* The geometry comes from another process: never trust it to stay
+         * inside the mapping. */
+        if (tqp->rq_off + (uint64_t)tqp->rq_wqe_cnt * tqp->rq_stride >
+            qp->peer->size) {
+            ucs_error("vqp_sw %s: peer QP 0x%x: RQ outside its segment",
+                      qp->dev->name, tqp->qpn);
+            return VQP_SW_RESP_REM_OP;
+        }
         pi    = (uint16_t)be32toh(__atomic_load_n(
                &pshm->qp_dbrec[tidx][MLX5_RCV_DBR], __ATOMIC_ACQUIRE));
         avail = (uint16_t)(pi - tqp->rq_ci);
@@ -71,13 +80,25 @@ vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
         wqe = (uint8_t *)pshm + tqp->rq_off +
               (size_t)(tqp->rq_ci & (tqp->rq_wqe_cnt - 1)) * tqp->rq_stride;
         *segs        = (const void *)wqe;
-        *n_segs      = tqp->rq_max_sge;
+        *n_segs      = ucs_min(tqp->rq_max_sge, VQP_SW_MAX_SGE);
         *wqe_counter = (uint16_t)tqp->rq_ci;
         return VQP_SW_RESP_OK;
     }
+    if (tqp->srq_index >= VQP_SW_MAX_SRQ) {
+        ucs_error("vqp_sw %s: peer QP 0x%x: SRQ index %u out of range",
+                  qp->dev->name, tqp->qpn, tqp->srq_index);
+        return VQP_SW_RESP_REM_OP;
+    }
     srq = &pshm->srq[tqp->srq_index];
-    pi  = (uint16_t)be32toh(
-         __atomic_load_n(&pshm->srq_dbrec[tqp->srq_index][0], __ATOMIC_ACQUIRE));
+    if (!srq->used || (srq->buf_off + (uint64_t)srq->wqe_cnt * srq->stride >
+                       qp->peer->size)) {
+        ucs_error("vqp_sw %s: peer QP 0x%x: SRQ %u unused or outside its "
+                  "segment",
+                  qp->dev->name, tqp->qpn, tqp->srq_index);
+        return VQP_SW_RESP_REM_OP;
+    }
+    pi = (uint16_t)be32toh(
+        __atomic_load_n(&pshm->srq_dbrec[tqp->srq_index][0], __ATOMIC_ACQUIRE));
     avail = (uint16_t)(pi - srq->consumed);
     /* One entry is the list's spare: at most wqe_cnt - 1 can be posted. */
     if (avail >= srq->wqe_cnt) {
@@ -93,7 +114,7 @@ vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     }
     wqe   = (uint8_t *)pshm + srq->buf_off + (size_t)srq->hw_head * srq->stride;
     *segs = (const void *)(wqe + sizeof(struct mlx5_wqe_srq_next_seg));
-    *n_segs      = srq->max_sge;
+    *n_segs      = ucs_min(srq->max_sge, VQP_SW_MAX_SGE);
     *wqe_counter = (uint16_t)srq->hw_head;
     return VQP_SW_RESP_OK;
 }
@@ -279,7 +300,8 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
 
     while ((tail != head) && (n < VQP_SW_IN_BUDGET)) {
         rec = &shm->in[tail & (VQP_SW_INBOUND - 1)];
-        qp  = dev->qps[rec->qp_index];
+        /* Peers wrote the record: check the index before using it. */
+        qp = (rec->qp_index < VQP_SW_MAX_QP) ? dev->qps[rec->qp_index] : NULL;
         if ((qp == NULL) || (qp->qpn != rec->qpn)) {
             ucs_debug("vqp_sw %s: record for destroyed QP 0x%x dropped",
                       dev->name, rec->qpn);
