@@ -307,9 +307,13 @@ typedef struct vqp_sw_wqe {
     uint64_t compare;
     unsigned n_iov;
     uint64_t len;
-    struct iovec iov[VQP_SW_MAX_SGE];
-    uint32_t lkey[VQP_SW_MAX_SGE];
-    bool is_inline;
+    /* Gather list in WQE order: data segments and inline segments (UCX
+     * puts an inline header before data segments); bit i of inline_mask
+     * marks iov[i] as inline data (no lkey). */
+    struct iovec iov[VQP_SW_MAX_SGE + 1];
+    uint32_t lkey[VQP_SW_MAX_SGE + 1];
+    uint32_t inline_mask;
+    bool is_inline; /* any inline segment */
 } vqp_sw_wqe_t;
 vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
                                     uint8_t syndrome);

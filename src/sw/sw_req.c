@@ -43,58 +43,62 @@ vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
 bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
                        const char **why)
 {
-    const uint8_t *seg;
-    uint32_t bc, len;
-    unsigned i, pos;
+    const struct mlx5_wqe_data_seg *d;
+    unsigned pos, units, n_data = 0;
+    uint32_t bc, inl_total = 0;
 
-    w->n_iov     = 0;
-    w->len       = 0;
-    w->is_inline = false;
+    w->n_iov       = 0;
+    w->len         = 0;
+    w->is_inline   = false;
+    w->inline_mask = 0;
     if (first > w->ds) {
         *why = "ds too small for the opcode's segments";
         return false;
     }
-    if (first == w->ds) {
-        return true;
-    }
-    seg = w->base + first * 16;
-    bc  = be32toh(*(const uint32_t *)seg);
-    if (bc & MLX5_INLINE_SEG) {
-        len = bc & ~MLX5_INLINE_SEG;
-        if (len > qp->max_inline) {
-            *why = "inline data larger than the QP's max_inline";
+    /* Data and inline segments in any order must fill ds exactly. */
+    for (pos = first; pos < w->ds;) {
+        if (w->n_iov == VQP_SW_MAX_SGE + 1) {
+            *why = "more gather entries than max_sge";
             return false;
         }
-        if ((first + (4 + len + 15) / 16) != w->ds) {
-            *why = "ds does not match the inline segment's length";
-            return false;
-        }
-        w->is_inline       = true;
-        w->iov[0].iov_base = (void *)(seg + 4);
-        w->iov[0].iov_len  = len;
-        w->n_iov           = (len > 0);
-        w->len             = len;
-        return true;
-    }
-    if (w->ds - first > VQP_SW_MAX_SGE) {
-        *why = "more data segments than max_sge";
-        return false;
-    }
-    for (i = 0, pos = first; pos < w->ds; ++pos, ++i) {
-        const struct mlx5_wqe_data_seg *d = (const void *)(w->base + pos * 16);
-
+        d  = (const void *)(w->base + pos * 16);
         bc = be32toh(d->byte_count);
         if (bc & MLX5_INLINE_SEG) {
-            *why = "inline segment after a data segment";
+            bc &= ~MLX5_INLINE_SEG;
+            units = (4 + bc + 15) / 16; /* padded to 16 bytes */
+            if (pos + units > w->ds) {
+                *why = "inline segment extends past ds";
+                return false;
+            }
+            inl_total += bc;
+            if (inl_total > qp->max_inline) {
+                *why = "inline data larger than the QP's max_inline";
+                return false;
+            }
+            w->is_inline = true;
+            if (bc > 0) {
+                w->inline_mask |= 1u << w->n_iov;
+                w->iov[w->n_iov].iov_base = (void *)((const uint8_t *)d + 4);
+                w->iov[w->n_iov].iov_len  = bc;
+                w->lkey[w->n_iov]         = 0;
+                ++w->n_iov;
+            }
+            w->len += bc;
+            pos += units;
+            continue;
+        }
+        if (++n_data > VQP_SW_MAX_SGE) {
+            *why = "more data segments than max_sge";
             return false;
         }
         /* byte_count 0 stands for 2 GiB in a data segment. */
-        w->iov[i].iov_len  = bc ? bc : 0x80000000u;
-        w->iov[i].iov_base = (void *)(uintptr_t)be64toh(d->addr);
-        w->lkey[i]         = be32toh(d->lkey);
-        w->len += w->iov[i].iov_len;
+        w->iov[w->n_iov].iov_len  = bc ? bc : 0x80000000u;
+        w->iov[w->n_iov].iov_base = (void *)(uintptr_t)be64toh(d->addr);
+        w->lkey[w->n_iov]         = be32toh(d->lkey);
+        w->len += w->iov[w->n_iov].iov_len;
+        ++w->n_iov;
+        ++pos;
     }
-    w->n_iov = i;
     return true;
 }
 
@@ -105,10 +109,10 @@ const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
     const char *why;
     unsigned i;
 
-    if (w->is_inline) {
-        return NULL;
-    }
     for (i = 0; i < w->n_iov; ++i) {
+        if (w->inline_mask & (1u << i)) {
+            continue;
+        }
         why = vqp_sw_mr_check(qp->dev->shm, w->lkey[i],
                               (uintptr_t)w->iov[i].iov_base, w->iov[i].iov_len,
                               access);
@@ -248,9 +252,10 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     aseg = (const void *)(w.base + 32);
     switch (w.opcode) {
     case MLX5_OPCODE_NOP:
-        w.n_iov     = 0;
-        w.len       = 0;
-        w.is_inline = false;
+        w.n_iov       = 0;
+        w.len         = 0;
+        w.is_inline   = false;
+        w.inline_mask = 0;
         break;
     case MLX5_OPCODE_SEND:
     case MLX5_OPCODE_SEND_IMM:

@@ -196,6 +196,42 @@ static void test_write_gather_inline_zero(void **state)
     assert_int_equal(be32toh(cqe.byte_cnt), 0);
 }
 
+/* Inline and data segments mixed in one gather list, in any order (UCX's
+ * AM zcopy: inline header, then data segments); inline bytes count
+ * against max_inline together. */
+static void test_mixed_gather(void **state)
+{
+    fx_t *f         = *state;
+    sw_test_qp_t *q = &f->qp[0];
+    struct mlx5_cqe64 cqe;
+    unsigned units;
+
+    sw_test_post_recv(&f->qp[1], f->buf[1], 256, f->lkey[1]);
+    memcpy(f->buf[0], "-data-one-", 10);
+    memcpy(f->buf[0] + 64, "=data-two=", 10);
+    units = sw_test_inline(q, 1, "HDR:", 4);
+    sw_test_dseg(q, 1 + units, f->buf[0], 10, f->lkey[0]);
+    sw_test_dseg(q, 2 + units, f->buf[0] + 64, 10, f->lkey[0]);
+    sw_test_ctrl(q, MLX5_OPCODE_SEND, 3 + units, CU, 0);
+    sw_test_ring(q, 3 + units);
+    assert_int_equal(fx_poll(f, 1, 1, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+    assert_int_equal(be32toh(cqe.byte_cnt), 24);
+    assert_memory_equal(f->buf[1], "HDR:-data-one-=data-two=", 24);
+    assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+
+    /* A WRITE with a data segment, then inline bytes. */
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1] + 512, f->rkey[1]);
+    sw_test_dseg(q, 2, f->buf[0], 10, f->lkey[0]);
+    units = sw_test_inline(q, 3, "+tail", 5);
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 3 + units, CU, 0);
+    sw_test_ring(q, 3 + units);
+    assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_memory_equal(f->buf[1] + 512, "-data-one-+tail", 15);
+}
+
 static void test_read(void **state)
 {
     fx_t *f         = *state;
@@ -512,6 +548,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_write_gather_inline_zero, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_gather, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_variants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_inline_and_empty, setup,
