@@ -114,8 +114,10 @@ void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages)
 }
 
 /* Unlink segments whose owner is gone: the pid in the name no longer
- * exists, or it was reused (the header's start time differs). A segment
- * without a valid magic whose pid lives is being created: leave it. */
+ * exists, or it was reused (the header's start time differs; this covers a
+ * leftover carrying our own pid, which would block our O_EXCL create). A
+ * segment without a valid magic whose pid lives is being created: leave
+ * it. */
 static void vqp_sw_clean_stale(uint32_t uid)
 {
     char prefix[64], path[300];
@@ -133,8 +135,7 @@ static void vqp_sw_clean_stale(uint32_t uid)
     }
     while ((de = readdir(dir)) != NULL) {
         if ((strncmp(de->d_name, prefix, strlen(prefix)) != 0) ||
-            (sscanf(de->d_name + strlen(prefix), "%u-%u", &pid, &inst) != 2) ||
-            (pid == (unsigned)getpid())) {
+            (sscanf(de->d_name + strlen(prefix), "%u-%u", &pid, &inst) != 2)) {
             continue;
         }
         if ((kill((pid_t)pid, 0) != 0) && (errno == ESRCH)) {

@@ -9,6 +9,8 @@
 
 #include "sw_test_util.h"
 
+#include "sw/sw_int.h" /* segment header, to forge a stale one */
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -582,6 +584,43 @@ static void test_srq_two_senders(void **state)
     side_close(&s);
 }
 
+/* A leftover with our own pid (pid reuse after a crash) but another start
+ * time is removed on open; our live devices are not. */
+static void test_stale_own_pid(void **state)
+{
+    vqp_sw_dev_addr_t addr, live;
+    vqp_sw_dev_t *dev, *keep;
+    char name[96];
+    vqp_sw_shm_t *hdr;
+    int fd;
+
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &keep), UCS_OK);
+    vqp_sw_dev_address(keep, &live);
+    /* Forge a header: our pid, another start time. */
+    addr.pid      = (uint32_t)getpid();
+    addr.instance = 999999;
+    snprintf(name, sizeof(name), "/vqp_sw.%s-%u-%u-%u",
+             getenv("VQP_SW_NAMESPACE"), getuid(), addr.pid, addr.instance);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    hdr             = calloc(1, sizeof(*hdr));
+    hdr->magic      = VQP_SW_MAGIC;
+    hdr->version    = VQP_SW_VERSION;
+    hdr->hdr_size   = sizeof(*hdr);
+    hdr->pid        = addr.pid;
+    hdr->start_time = 1;
+    hdr->alive      = 1;
+    assert_int_equal(pwrite(fd, hdr, sizeof(*hdr), 0), (ssize_t)sizeof(*hdr));
+    free(hdr);
+    close(fd);
+    assert_true(shm_exists(&addr));
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
+    assert_false(shm_exists(&addr));
+    assert_true(shm_exists(&live));
+    vqp_sw_dev_close(dev);
+    vqp_sw_dev_close(keep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -591,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_srq_two_senders),
         cmocka_unit_test(test_dead_peer),
         cmocka_unit_test(test_stale_cleanup_on_open),
+        cmocka_unit_test(test_stale_own_pid),
     };
     char ns[32];
 
