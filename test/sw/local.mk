@@ -23,6 +23,11 @@ test_sw_test_sw_proc_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DVQP_SW_STAT='"$(abs_top_builddir)/src/sw/vqp_sw_stat"'
 test_sw_test_sw_proc_LDADD    = $(sw_test_ldadd)
 
+check_PROGRAMS += test/sw/test_sw_limits
+test_sw_test_sw_limits_SOURCES = test/sw/test_sw_limits.c
+test_sw_test_sw_limits_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_limits_LDADD   = $(sw_test_ldadd)
+
 check_PROGRAMS += test/sw/test_sw_fault
 test_sw_test_sw_fault_SOURCES = test/sw/test_sw_fault.c
 test_sw_test_sw_fault_CFLAGS  = $(sw_test_cflags)
@@ -35,5 +40,5 @@ test_sw_bench_sw_CFLAGS  = $(sw_test_cflags) -Wno-unused-result
 test_sw_bench_sw_LDADD   = $(sw_test_ldadd)
 
 TESTS += test/sw/test_sw_ops test/sw/test_sw_err test/sw/test_sw_proc \
-	test/sw/test_sw_fault
+	test/sw/test_sw_fault test/sw/test_sw_limits
 endif

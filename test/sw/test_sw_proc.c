@@ -621,6 +621,49 @@ static void test_stale_own_pid(void **state)
     vqp_sw_dev_close(keep);
 }
 
+/* A segment of another format version is refused at connect, with the
+ * reason, not mapped and misread. */
+static void test_peer_format_mismatch(void **state)
+{
+    vqp_sw_dev_addr_t addr;
+    vqp_sw_qp_attr_t qa;
+    vqp_sw_shm_t *hdr;
+    side_t s;
+    char name[96];
+    int fd;
+
+    assert_int_equal(side_open(&s, 7), 0);
+    addr.pid      = (uint32_t)getpid();
+    addr.instance = 888888;
+    snprintf(name, sizeof(name), "/vqp_sw.%s-%u-%u-%u",
+             getenv("VQP_SW_NAMESPACE"), getuid(), addr.pid, addr.instance);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    hdr             = calloc(1, sizeof(*hdr));
+    hdr->magic      = VQP_SW_MAGIC;
+    hdr->version    = VQP_SW_VERSION + 1;
+    hdr->hdr_size   = sizeof(*hdr);
+    hdr->pid        = addr.pid;
+    hdr->start_time = vqp_sw_proc_start_time(addr.pid);
+    hdr->alive      = 1;
+    assert_int_equal(pwrite(fd, hdr, sizeof(*hdr), 0), (ssize_t)sizeof(*hdr));
+    free(hdr);
+    close(fd);
+    sw_test_log_buf[0] = '\0';
+    ucs_log_push_handler(sw_test_log_handler);
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_state = IBV_QPS_INIT;
+    assert_int_equal(vqp_sw_qp_modify(s.qp.qp, &qa), UCS_OK);
+    qa.qp_state    = IBV_QPS_RTR;
+    qa.dest_dev    = addr;
+    qa.dest_qp_num = 0x400;
+    assert_int_equal(vqp_sw_qp_modify(s.qp.qp, &qa), UCS_ERR_UNREACHABLE);
+    ucs_log_pop_handler();
+    assert_true(sw_test_log_has("has another format (version 2"));
+    shm_unlink(name);
+    side_close(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -631,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_dead_peer),
         cmocka_unit_test(test_stale_cleanup_on_open),
         cmocka_unit_test(test_stale_own_pid),
+        cmocka_unit_test(test_peer_format_mismatch),
     };
     char ns[32];
 

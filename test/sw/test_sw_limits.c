@@ -1,0 +1,213 @@
+/*
+ * Software device: every resource limit and invalid argument of the
+ * object API ends in a clear status and a log line, and leaves the device
+ * usable (nothing half-created).
+ */
+#include <config.h>
+
+#include "sw_test_util.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+
+static vqp_sw_dev_t *dev;
+
+static int setup(void **state)
+{
+    sw_test_log_buf[0] = '\0';
+    return vqp_sw_dev_open("vqp_sw0", &dev) == UCS_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    vqp_sw_dev_close(dev);
+    return 0;
+}
+
+static void test_null_and_bad_args(void **state)
+{
+    vqp_sw_qp_init_attr_t attr;
+    sw_test_cq_t cq, other_cq;
+    vqp_sw_dev_t *other;
+    vqp_sw_mr_t *mr;
+    uint32_t lkey, rkey;
+    sw_test_qp_t q;
+    char buf[16];
+
+    assert_int_equal(vqp_sw_mr_dereg(NULL), UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("mr_dereg(NULL)"));
+    assert_int_equal(vqp_sw_cq_destroy(NULL), UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("cq_destroy(NULL)"));
+    assert_int_equal(vqp_sw_srq_destroy(NULL), UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("srq_destroy(NULL)"));
+    assert_int_equal(vqp_sw_qp_destroy(NULL), UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("qp_destroy(NULL)"));
+    assert_int_equal(vqp_sw_dev_open(NULL, &other), UCS_ERR_NO_DEVICE);
+    assert_true(sw_test_log_has("unknown device name '(null)'"));
+
+    assert_int_equal(vqp_sw_mr_reg(dev, NULL, 64, 0, &mr, &lkey, &rkey),
+                     UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("NULL address"));
+    assert_int_equal(
+        vqp_sw_mr_reg(dev, (void *)(UINTPTR_MAX - 8), 64, 0, &mr, &lkey, &rkey),
+        UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("wraps"));
+    assert_int_equal(sw_test_cq_create(dev, 1u << 20, &cq),
+                     UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("cq_create with 1048576 entries"));
+
+    /* A QP needs CQs of its own device. */
+    assert_int_equal(sw_test_cq_create(dev, 8, &cq), UCS_OK);
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &other), UCS_OK);
+    assert_int_equal(sw_test_cq_create(other, 8, &other_cq), UCS_OK);
+    memset(&attr, 0, sizeof(attr));
+    attr.send_cq     = cq.cq;
+    attr.max_send_wr = 8;
+    assert_int_equal(vqp_sw_qp_create(dev, &attr, &q.qp, &q.dv, &q.qpn),
+                     UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("needs a send and a recv CQ"));
+    attr.recv_cq = other_cq.cq;
+    assert_int_equal(vqp_sw_qp_create(dev, &attr, &q.qp, &q.dv, &q.qpn),
+                     UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("needs a send and a recv CQ"));
+    /* A receive queue without scatter entries is refused. */
+    attr.recv_cq     = cq.cq;
+    attr.max_recv_wr = 4;
+    assert_int_equal(vqp_sw_qp_create(dev, &attr, &q.qp, &q.dv, &q.qpn),
+                     UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("qp_create limits exceeded"));
+    vqp_sw_dev_close(other);
+    assert_int_equal(vqp_sw_cq_destroy(cq.cq), UCS_OK);
+    (void)buf;
+}
+
+static void test_too_many_mrs(void **state)
+{
+    vqp_sw_dev_attr_t attr;
+    vqp_sw_mr_t **mrs, *mr;
+    uint32_t lkey, rkey, i;
+    static char buf[64];
+
+    vqp_sw_dev_query(dev, &attr);
+    mrs = calloc(attr.max_mr, sizeof(*mrs));
+    for (i = 0; i < attr.max_mr; ++i) {
+        assert_int_equal(
+            vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mrs[i], &lkey, &rkey),
+            UCS_OK);
+    }
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mr, &lkey, &rkey),
+                     UCS_ERR_EXCEEDS_LIMIT);
+    assert_true(sw_test_log_has("too many memory regions"));
+    /* A freed slot is reusable, under a new key. */
+    assert_int_equal(vqp_sw_mr_dereg(mrs[5]), UCS_OK);
+    assert_int_equal(
+        vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mrs[5], &lkey, &rkey), UCS_OK);
+    free(mrs); /* the rest go with the device */
+}
+
+static void test_too_many_cqs_srqs_qps(void **state)
+{
+    vqp_sw_dev_attr_t attr;
+    sw_test_cq_t *cqs, extra;
+    sw_test_srq_t *srqs, srq;
+    sw_test_qp_t *qps, q;
+    uint32_t i;
+
+    vqp_sw_dev_query(dev, &attr);
+    cqs = calloc(attr.max_cq, sizeof(*cqs));
+    for (i = 0; i < attr.max_cq; ++i) {
+        assert_int_equal(sw_test_cq_create(dev, 1, &cqs[i]), UCS_OK);
+    }
+    assert_int_equal(sw_test_cq_create(dev, 1, &extra), UCS_ERR_EXCEEDS_LIMIT);
+    assert_true(sw_test_log_has("too many CQs"));
+
+    srqs = calloc(attr.max_srq, sizeof(*srqs));
+    for (i = 0; i < attr.max_srq; ++i) {
+        assert_int_equal(
+            vqp_sw_srq_create(dev, 1, 1, &srqs[i].srq, &srqs[i].dv), UCS_OK);
+    }
+    assert_int_equal(vqp_sw_srq_create(dev, 1, 1, &srq.srq, &srq.dv),
+                     UCS_ERR_EXCEEDS_LIMIT);
+    assert_true(sw_test_log_has("too many SRQs"));
+
+    qps = calloc(attr.max_qp, sizeof(*qps));
+    for (i = 0; i < attr.max_qp; ++i) {
+        assert_int_equal(
+            sw_test_qp_create(dev, &cqs[0], &cqs[1], NULL, 1, 0, 0, &qps[i]),
+            UCS_OK);
+    }
+    assert_int_equal(
+        sw_test_qp_create(dev, &cqs[0], &cqs[1], NULL, 1, 0, 0, &q),
+        UCS_ERR_EXCEEDS_LIMIT);
+    assert_true(sw_test_log_has("too many QPs"));
+    /* QPNs are unique; a destroyed slot comes back with a new QPN. */
+    assert_int_not_equal(qps[0].qpn, qps[1].qpn);
+    assert_int_equal(vqp_sw_qp_destroy(qps[7].qp), UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(dev, &cqs[0], &cqs[1], NULL, 1, 0, 0, &q), UCS_OK);
+    assert_int_not_equal(q.qpn, qps[7].qpn);
+    assert_int_equal(q.qpn & 0x3ff, qps[7].qpn & 0x3ff);
+    free(qps);
+    free(srqs);
+    free(cqs); /* the objects go with the device */
+}
+
+/* More peer devices than the per-device cache holds. */
+static void test_too_many_peers(void **state)
+{
+    enum { N = 65 };
+    vqp_sw_dev_t *peers[N];
+    vqp_sw_dev_addr_t addr;
+    vqp_sw_qp_attr_t qa;
+    sw_test_qp_t qps[N];
+    sw_test_cq_t cq;
+    unsigned i, ok = 0;
+    ucs_status_t status;
+
+    assert_int_equal(sw_test_cq_create(dev, 8, &cq), UCS_OK);
+    memset(&qa, 0, sizeof(qa));
+    for (i = 0; i < N; ++i) {
+        assert_int_equal(vqp_sw_dev_open("vqp_sw0", &peers[i]), UCS_OK);
+        assert_int_equal(
+            sw_test_qp_create(dev, &cq, &cq, NULL, 1, 0, 0, &qps[i]), UCS_OK);
+        qa.qp_state = IBV_QPS_INIT;
+        assert_int_equal(vqp_sw_qp_modify(qps[i].qp, &qa), UCS_OK);
+        vqp_sw_dev_address(peers[i], &addr);
+        qa.qp_state    = IBV_QPS_RTR;
+        qa.dest_dev    = addr;
+        qa.dest_qp_num = 0x400;
+        status         = vqp_sw_qp_modify(qps[i].qp, &qa);
+        if (status == UCS_OK) {
+            ++ok;
+        } else {
+            assert_int_equal(status, UCS_ERR_UNREACHABLE);
+        }
+    }
+    assert_int_equal(ok, 64);
+    assert_true(sw_test_log_has("too many peer devices"));
+    for (i = 0; i < N; ++i) {
+        vqp_sw_qp_destroy(qps[i].qp);
+        vqp_sw_dev_close(peers[i]);
+    }
+}
+
+int main(void)
+{
+#define T(_t) cmocka_unit_test_setup_teardown(_t, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_null_and_bad_args),
+        T(test_too_many_mrs),
+        T(test_too_many_cqs_srqs_qps),
+        T(test_too_many_peers),
+    };
+    int ret;
+#undef T
+
+    ucs_log_push_handler(sw_test_log_handler);
+    ret = cmocka_run_group_tests(tests, NULL, NULL);
+    ucs_log_pop_handler();
+    return ret;
+}
