@@ -172,6 +172,9 @@ struct vqp_sw_cq {
     bool overflow;
     size_t pages;
     uint64_t off;
+    /* Arm doorbell target (mlx5 writes 8 bytes at cq_uar + 0x20): accepted
+     * and ignored, as the device has no completion events. */
+    uint64_t uar[8];
     /* CQEs held back by reorder injection, emitted in FIFO order. */
     unsigned n_held;
     struct mlx5_cqe64 held[VQP_SW_REORDER_MAX];

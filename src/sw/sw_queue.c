@@ -91,7 +91,7 @@ ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
     dv->dbrec    = (__be32 *)cq->dbrec;
     dv->cqe_cnt  = cnt;
     dv->cqe_size = sizeof(struct mlx5_cqe64);
-    dv->cq_uar   = &cq->dbrec[1]; /* arming is accepted and ignored */
+    dv->cq_uar   = cq->uar;
     dv->cqn      = cq->index;
     *cq_p        = cq;
     return UCS_OK;

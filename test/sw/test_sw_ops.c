@@ -66,6 +66,8 @@ static void test_objects(void **state)
     assert_int_equal(cq.dv.cqe_cnt, 128);
     assert_int_equal(cq.dv.cqe_size, 64);
     assert_int_equal(((struct mlx5_cqe64 *)cq.dv.buf)[127].op_own, 0xf0);
+    /* Arming writes the doorbell at cq_uar + 0x20 (MLX5_CQ_DOORBELL). */
+    memset(cq.dv.cq_uar, 0x5c, 0x28);
     assert_int_equal(sw_test_qp_create(dev, &cq, &cq, NULL, 0, 4, 0, &q),
                      UCS_ERR_INVALID_PARAM);
     assert_int_equal(sw_test_qp_create(dev, &cq, &cq, NULL, 8, 4, 4096, &q),
