@@ -13,6 +13,7 @@
 #include <ucs/sys/math.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 
 /* The target QP if it is alive and connected back to @a qp, else NULL (a
@@ -267,7 +268,11 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
             goto out;
         }
     }
-    err = vqp_sw_xfer(qp->peer->pid, true, iov, n_iov, riov, nr);
+    /* With no payload no syscall would notice a dead target: ask. */
+    err =
+        ((len == 0) && (kill((pid_t)qp->peer->pid, 0) != 0) && (errno == ESRCH))
+            ? ESRCH
+            : vqp_sw_xfer(qp->peer->pid, true, iov, n_iov, riov, nr);
     if (err == ESRCH) {
         qp->peer->dead = true;
         status         = VQP_SW_RESP_NO_ACK;

@@ -420,6 +420,42 @@ static void test_dead_peer(void **state)
     side_close(&s);
 }
 
+/* SEND to a peer that died with receives posted: the payload cannot be
+ * placed (the process is gone), so it ends in 0x15 too, never a success. */
+static void test_dead_peer_send(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    int status;
+    side_t s;
+    proc_t p;
+
+    proc_start(&p, &s, 'x', 7);
+    assert_int_equal(waitpid(p.child, &status, 0), p.child);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_dseg(&s.qp, 1, s.buf, 64, s.lkey);
+    sw_test_ring(&s.qp, 2);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe),
+                     MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    close(p.to_child);
+    close(p.from_child);
+    side_close(&s);
+
+    /* The same without payload: nothing to place, still not a success. */
+    proc_start(&p, &s, 'x', 7);
+    assert_int_equal(waitpid(p.child, &status, 0), p.child);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 1, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_ring(&s.qp, 1);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe),
+                     MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    close(p.to_child);
+    close(p.from_child);
+    side_close(&s);
+}
+
 /* A crashed owner's segment is removed when any process opens a device. */
 static void test_stale_cleanup_on_open(void **state)
 {
@@ -672,6 +708,7 @@ int main(void)
         cmocka_unit_test(test_rnr_across),
         cmocka_unit_test(test_srq_two_senders),
         cmocka_unit_test(test_dead_peer),
+        cmocka_unit_test(test_dead_peer_send),
         cmocka_unit_test(test_stale_cleanup_on_open),
         cmocka_unit_test(test_stale_own_pid),
         cmocka_unit_test(test_peer_format_mismatch),
