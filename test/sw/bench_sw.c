@@ -129,6 +129,53 @@ static double run_pingpong(ep_t *e, unsigned n, int echo)
     return (now_s() - t0) * 1e6 / n;
 }
 
+#define SEND_N 200000
+
+/* Receiver of the SEND rate run: consume SEND_N messages, reposting. */
+static void recv_many(ep_t *e)
+{
+    unsigned i;
+
+    for (i = 0; i < SEND_N; ++i) {
+        while (sw_test_cq_peek(&e->rcq) == NULL) {
+            vqp_sw_progress(e->dev);
+            sched_yield();
+        }
+        sw_test_cq_pop(&e->rcq);
+        sw_test_post_recv(&e->qp, e->buf + (i % 64) * 64, 64, e->lkey);
+    }
+}
+
+/* SEND_N 8-byte inline SENDs, at most 32 in flight; returns msg/s. */
+static double run_send_rate(ep_t *e)
+{
+    uint64_t payload = 0;
+    unsigned posted = 0, done = 0;
+    struct mlx5_cqe64 *cqe;
+    double t0 = now_s();
+
+    while (done < SEND_N) {
+        while ((posted < SEND_N) && (posted - done < 32)) {
+            sw_test_inline(&e->qp, 1, &payload, 8);
+            sw_test_ctrl(&e->qp, MLX5_OPCODE_SEND, 2,
+                         (posted % 16) == 15 ? MLX5_WQE_CTRL_CQ_UPDATE : 0, 0);
+            sw_test_ring(&e->qp, 2);
+            ++posted;
+        }
+        vqp_sw_progress(e->dev);
+        while ((cqe = sw_test_cq_peek(&e->cq)) != NULL) {
+            if (sw_test_cqe_opcode(cqe) != MLX5_CQE_REQ) {
+                fprintf(stderr, "bench: SEND error CQE\n");
+                exit(1);
+            }
+            done += 16;
+            sw_test_cq_pop(&e->cq);
+        }
+        sched_yield();
+    }
+    return SEND_N / (now_s() - t0);
+}
+
 static double run_raw(pid_t pid, const info_t *peer, uint8_t *src, size_t size,
                       unsigned n)
 {
@@ -171,6 +218,7 @@ int main(void)
                            7, 7);
         write(to_parent[1], "r", 1);
         run_pingpong(&e, 20000, 1);
+        recv_many(&e);
         /* One-sided: the target's engine has nothing to do; just wait. */
         read(to_child[0], &c, 1);
         vqp_sw_qp_destroy(e.qp.qp);
@@ -187,6 +235,8 @@ int main(void)
     read(to_parent[0], &c, 1);
     printf("SEND ping-pong round trip, 8 B inline: %.2f us\n",
            run_pingpong(&e, 20000, 0));
+    printf("SEND rate, 8 B inline, 32 in flight: %.0f msg/s\n",
+           run_send_rate(&e));
     printf("%-8s %14s %14s %8s %12s %12s\n", "size", "vqp_sw op/s",
            "raw pvw op/s", "ratio", "vqp_sw MB/s", "raw MB/s");
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {

@@ -151,6 +151,21 @@ static int child_main(int rfd, int wfd)
     if (mode == 'x') {
         _exit(0);
     }
+    if (mode == 'c') {
+        /* Collect: forward n responder CQEs and their first 64 bytes. */
+        if (xread(rfd, &n, sizeof(n)) != 0) {
+            return 20;
+        }
+        for (i = 0; i < n; ++i) {
+            if ((side_poll(&s, &s.rcq, &cqe) != 0) ||
+                (xwrite(wfd, &cqe, sizeof(cqe)) != 0) ||
+                (xwrite(wfd, s.buf + (be16toh(cqe.wqe_counter) % 16) * 1024,
+                        64) != 0) ||
+                (xwrite(wfd, s.buf + 32768, 64) != 0)) {
+                return 21;
+            }
+        }
+    }
     if (mode == 'e') {
         if (xread(rfd, &n, sizeof(n)) != 0) {
             return 13;
@@ -318,6 +333,91 @@ static void test_two_sided_echo(void **state)
         assert_memory_equal(s.buf + 32768 + (i % 16) * 1024, s.buf, 100 + i);
         sw_test_post_recv(&s.qp, s.buf + 32768 + (i % 16) * 1024, 1024, s.lkey);
     }
+    proc_stop(&p, &s);
+}
+
+/* Every two-sided opcode and ATOMIC_CS across processes: the child sends
+ * back each responder CQE with the received bytes. */
+static void test_two_sided_opcodes(void **state)
+{
+    struct mlx5_cqe64 cqe, rcqe;
+    uint8_t data[64], wdata[64];
+    uint64_t *result;
+    unsigned n = 3;
+    side_t s;
+    proc_t p;
+
+    proc_start(&p, &s, 'c', 7);
+    assert_int_equal(xwrite(p.to_child, &n, sizeof(n)), 0);
+    memcpy(s.buf, "plain-send", 10);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_dseg(&s.qp, 1, s.buf, 10, s.lkey);
+    sw_test_ring(&s.qp, 2);
+    memcpy(s.buf + 100, "write-with-imm", 14);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_WRITE_IMM, 3, MLX5_WQE_CTRL_CQ_UPDATE,
+                 htobe32(0xabc));
+    sw_test_raddr(&s.qp, 1, s.peer.buf + 32768, s.peer.rkey);
+    sw_test_dseg(&s.qp, 2, s.buf + 100, 14, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_NOP, 1, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_ring(&s.qp, 1);
+    /* CS on the child's last word (0): matches, swaps in 9. */
+    result = (uint64_t *)(s.buf + 512);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_ATOMIC_CS, 4, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf + BUF - 8, s.peer.rkey);
+    sw_test_atomic(&s.qp, 2, 9, 0);
+    sw_test_dseg(&s.qp, 3, result, 8, s.lkey);
+    sw_test_ring(&s.qp, 4);
+    memcpy(s.buf + 200, "second", 6);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND_IMM, 2, MLX5_WQE_CTRL_CQ_UPDATE,
+                 htobe32(7));
+    sw_test_dseg(&s.qp, 1, s.buf + 200, 6, s.lkey);
+    sw_test_ring(&s.qp, 2);
+    /* Requester side: five CQEs in posting order. */
+    {
+        static const uint8_t ops[5] = {
+            MLX5_OPCODE_SEND, MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_NOP,
+            MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_SEND_IMM};
+        unsigned i;
+
+        for (i = 0; i < 5; ++i) {
+            assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+            assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+            assert_int_equal(be32toh(cqe.sop_drop_qpn) >> 24, ops[i]);
+        }
+    }
+    assert_int_equal(be64toh(*result), 0);
+    /* Responder side, as the child saw it. */
+    assert_int_equal(xread(p.from_child, &rcqe, sizeof(rcqe)), 0);
+    assert_int_equal(xread(p.from_child, data, 64), 0);
+    assert_int_equal(xread(p.from_child, wdata, 64), 0);
+    assert_int_equal(sw_test_cqe_opcode(&rcqe), MLX5_CQE_RESP_SEND);
+    assert_int_equal(be32toh(rcqe.byte_cnt), 10);
+    assert_int_equal(be32toh(rcqe.flags_rqpn) & 0xffffff, s.qp.qpn);
+    assert_memory_equal(data, "plain-send", 10);
+    assert_int_equal(xread(p.from_child, &rcqe, sizeof(rcqe)), 0);
+    assert_int_equal(xread(p.from_child, data, 64), 0);
+    assert_int_equal(xread(p.from_child, wdata, 64), 0);
+    assert_int_equal(sw_test_cqe_opcode(&rcqe), MLX5_CQE_RESP_WR_IMM);
+    assert_int_equal(be32toh(rcqe.imm_inval_pkey), 0xabc);
+    assert_int_equal(be32toh(rcqe.byte_cnt), 14);
+    assert_int_equal(be16toh(rcqe.wqe_counter), 1);
+    assert_memory_equal(wdata, "write-with-imm", 14);
+    assert_int_equal(xread(p.from_child, &rcqe, sizeof(rcqe)), 0);
+    assert_int_equal(xread(p.from_child, data, 64), 0);
+    assert_int_equal(xread(p.from_child, wdata, 64), 0);
+    assert_int_equal(sw_test_cqe_opcode(&rcqe), MLX5_CQE_RESP_SEND_IMM);
+    assert_int_equal(be32toh(rcqe.imm_inval_pkey), 7);
+    assert_int_equal(be16toh(rcqe.wqe_counter), 2);
+    assert_memory_equal(data, "second", 6);
+    /* The CS landed in the child's memory: read it back. */
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_READ, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf + BUF - 8, s.peer.rkey);
+    sw_test_dseg(&s.qp, 2, result, 8, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(*result, 9);
     proc_stop(&p, &s);
 }
 
@@ -705,6 +805,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_sided),
         cmocka_unit_test(test_two_sided_echo),
+        cmocka_unit_test(test_two_sided_opcodes),
         cmocka_unit_test(test_rnr_across),
         cmocka_unit_test(test_srq_two_senders),
         cmocka_unit_test(test_dead_peer),
