@@ -124,7 +124,17 @@ ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr);
 enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
 
 
-/* Extensions beyond the drafted interface (observability and test control). */
+/*
+ * Extensions beyond the drafted interface (observability and test control).
+ *
+ * Environment, read at open:
+ *   VQP_SW_FAULTS     seeded fault injection, e.g.
+ *                     "seed=7,reorder=0.2,delay_us=50,err=<qpn>:<wqe>:<synd>,
+ *                     err_prob=0.001,kill=<qpn>" (docs/swdev.md); an invalid
+ *                     string fails the open.
+ *   VQP_SW_NAMESPACE  letters/digits: a separate set of devices; peers must
+ *                     share it (keeps concurrent test runs apart).
+ */
 
 /* Per-QP counters, also shown by the vqp_sw_stat tool. */
 typedef struct vqp_sw_qp_counters {
