@@ -328,7 +328,32 @@ const char *vqp_sw_req_check_lkeys(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
                                    unsigned access, unsigned *bad);
 vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w);
 vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w);
+/* A run of consecutive, already checked WQEs executed together: one
+ * syscall for all their payloads. Local iovecs of entry i are
+ * liov[ent[i].liov_first .. + ent[i].liov_cnt). */
+typedef struct vqp_sw_run {
+    unsigned n;
+    unsigned nl;
+    struct {
+        uint16_t idx;
+        uint16_t nbb;
+        uint8_t opcode;
+        bool signaled;
+        uint32_t imm;
+        uint32_t rkey;
+        uint64_t raddr;
+        uint64_t len;
+        unsigned liov_first;
+        unsigned liov_cnt;
+    } ent[VQP_SW_RUN_MAX];
+    struct iovec liov[VQP_SW_RUN_IOV];
+} vqp_sw_run_t;
+unsigned vqp_sw_req_scan_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget,
+                             uint8_t op0, uint8_t op1, vqp_sw_run_t *run);
+void vqp_sw_req_run_complete(vqp_sw_qp_t *qp, const vqp_sw_run_t *run,
+                             unsigned n);
 unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget);
+unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run);
 unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp);
 
 /* sw_resp.c */

@@ -132,79 +132,35 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
  */
 unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
 {
-    const uint32_t mask = qp->sq_wqe_cnt - 1;
-    struct iovec liov[VQP_SW_RUN_IOV], riov[VQP_SW_RUN_MAX];
-    struct {
-        uint16_t idx;
-        uint16_t nbb;
-        uint32_t len;
-        bool signaled;
-    } ent[VQP_SW_RUN_MAX];
-    const struct mlx5_wqe_ctrl_seg *ctrl;
-    const struct mlx5_wqe_raddr_seg *rseg;
+    struct iovec riov[VQP_SW_RUN_MAX];
     vqp_sw_shm_qp_t *tqp;
-    const char *why = NULL;
-    unsigned n = 0, nl = 0, nr = 0, bad, i;
-    uint32_t first_bb;
-    uint16_t pos = qp->sq_ci;
-    vqp_sw_wqe_t w;
+    vqp_sw_run_t run;
+    unsigned i, nr = 0, nl = 0;
 
     tqp = vqp_sw_peer_qp(qp);
-    if ((tqp == NULL) || qp->dev->fault.enabled ||
-        !(tqp->access & IBV_ACCESS_REMOTE_WRITE)) {
+    if ((tqp == NULL) || !(tqp->access & IBV_ACCESS_REMOTE_WRITE) ||
+        (vqp_sw_req_scan_run(qp, pi, budget, MLX5_OPCODE_RDMA_WRITE,
+                             MLX5_OPCODE_RDMA_WRITE, &run) == 0)) {
         return 0;
     }
-    while ((pos != pi) && (n < budget) && (n < VQP_SW_RUN_MAX)) {
-        first_bb = pos & mask;
-        ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
-        w.ds     = be32toh(ctrl->qpn_ds) & 0x3f;
-        w.nbb    = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
-        w.base   = (const uint8_t *)ctrl;
-        w.opcode = MLX5_OPCODE_RDMA_WRITE;
-        if ((be32toh(ctrl->opmod_idx_opcode) !=
-             (((uint32_t)pos << 8) | MLX5_OPCODE_RDMA_WRITE)) ||
-            ((be32toh(ctrl->qpn_ds) >> 8) != qp->qpn) || (w.ds < 2) ||
-            (w.nbb > (uint16_t)(pi - pos)) ||
-            (first_bb + w.nbb > qp->sq_wqe_cnt) ||
-            !vqp_sw_req_layout(qp, &w, 2, &why) ||
-            (nl + w.n_iov > VQP_SW_RUN_IOV) ||
-            (vqp_sw_req_check_lkeys(qp, &w, 0, &bad) != NULL)) {
+    /* The run ends before the first WQE the target refuses. */
+    for (i = 0; i < run.n; ++i) {
+        if (run.ent[i].len == 0) {
+            continue;
+        }
+        if (vqp_sw_mr_check(qp->peer->shm, run.ent[i].rkey, run.ent[i].raddr,
+                            run.ent[i].len, IBV_ACCESS_REMOTE_WRITE) != NULL) {
             break;
         }
-        rseg = (const void *)(w.base + 16);
-        if (w.len > 0) {
-            if ((w.len > VQP_SW_MAX_MSG) ||
-                (vqp_sw_mr_check(qp->peer->shm, be32toh(rseg->rkey),
-                                 be64toh(rseg->raddr), w.len,
-                                 IBV_ACCESS_REMOTE_WRITE) != NULL)) {
-                break;
-            }
-            riov[nr].iov_base = (void *)(uintptr_t)be64toh(rseg->raddr);
-            riov[nr].iov_len  = w.len;
-            ++nr;
-            memcpy(&liov[nl], w.iov, w.n_iov * sizeof(*liov));
-            nl += w.n_iov;
-        }
-        ent[n].idx      = pos;
-        ent[n].nbb      = (uint16_t)w.nbb;
-        ent[n].len      = (uint32_t)w.len;
-        ent[n].signaled = ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE;
-        pos += w.nbb;
-        ++n;
+        riov[nr].iov_base = (void *)(uintptr_t)run.ent[i].raddr;
+        riov[nr].iov_len  = run.ent[i].len;
+        ++nr;
+        nl = run.ent[i].liov_first + run.ent[i].liov_cnt;
     }
-    if ((n == 0) ||
-        (vqp_sw_xfer(qp->peer->pid, true, liov, nl, riov, nr) != 0)) {
+    if ((i == 0) ||
+        (vqp_sw_xfer(qp->peer->pid, true, run.liov, nl, riov, nr) != 0)) {
         return 0;
     }
-    for (i = 0; i < n; ++i) {
-        if (ent[i].signaled) {
-            vqp_sw_cqe_req(qp, ent[i].idx, MLX5_OPCODE_RDMA_WRITE, ent[i].len);
-        }
-        qp->shm->bytes += ent[i].len;
-    }
-    qp->shm->wqes += n;
-    qp->sq_ci       = pos;
-    qp->stall       = VQP_SW_STALL_NONE;
-    qp->stall_count = 0;
-    return n;
+    vqp_sw_req_run_complete(qp, &run, i);
+    return i;
 }

@@ -367,6 +367,103 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
 }
 
 
+/* Collects consecutive WQEs from sq_ci with opcode @a op0 or @a op1 that
+ * do not wrap and pass every check (index, QPN, ds, layout, lkeys). The run
+ * stops before the first that does not qualify: the one-by-one path then
+ * executes or reports it exactly. Only without fault injection, which
+ * decides per WQE. */
+unsigned vqp_sw_req_scan_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget,
+                             uint8_t op0, uint8_t op1, vqp_sw_run_t *run)
+{
+    const uint32_t mask = qp->sq_wqe_cnt - 1;
+    const struct mlx5_wqe_ctrl_seg *ctrl;
+    const struct mlx5_wqe_raddr_seg *rseg;
+    uint16_t pos    = qp->sq_ci;
+    const char *why = NULL;
+    uint32_t first_bb, opmod_idx_opcode;
+    unsigned bad, first;
+    vqp_sw_wqe_t w;
+
+    run->n  = 0;
+    run->nl = 0;
+    if (qp->dev->fault.enabled) {
+        return 0;
+    }
+    while ((pos != pi) && (run->n < budget) && (run->n < VQP_SW_RUN_MAX)) {
+        first_bb = pos & mask;
+        ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
+        opmod_idx_opcode = be32toh(ctrl->opmod_idx_opcode);
+        w.opcode         = opmod_idx_opcode & 0xff;
+        w.ds             = be32toh(ctrl->qpn_ds) & 0x3f;
+        w.nbb            = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
+        w.base           = (const uint8_t *)ctrl;
+        first            = (w.opcode == MLX5_OPCODE_RDMA_WRITE) ? 2 : 1;
+        if (((w.opcode != op0) && (w.opcode != op1)) ||
+            ((opmod_idx_opcode >> 8) != pos) ||
+            ((be32toh(ctrl->qpn_ds) >> 8) != qp->qpn) || (w.ds < first) ||
+            (w.nbb > (uint16_t)(pi - pos)) ||
+            (first_bb + w.nbb > qp->sq_wqe_cnt) ||
+            !vqp_sw_req_layout(qp, &w, first, &why) ||
+            (w.len > VQP_SW_MAX_MSG) || (run->nl + w.n_iov > VQP_SW_RUN_IOV) ||
+            (vqp_sw_req_check_lkeys(qp, &w, 0, &bad) != NULL)) {
+            break;
+        }
+        rseg                        = (const void *)(w.base + 16);
+        run->ent[run->n].idx        = pos;
+        run->ent[run->n].nbb        = (uint16_t)w.nbb;
+        run->ent[run->n].opcode     = w.opcode;
+        run->ent[run->n].signaled   = ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE;
+        run->ent[run->n].imm        = ctrl->imm;
+        run->ent[run->n].raddr      = (first == 2) ? be64toh(rseg->raddr) : 0;
+        run->ent[run->n].rkey       = (first == 2) ? be32toh(rseg->rkey) : 0;
+        run->ent[run->n].len        = w.len;
+        run->ent[run->n].liov_first = run->nl;
+        run->ent[run->n].liov_cnt   = w.n_iov;
+        memcpy(&run->liov[run->nl], w.iov, w.n_iov * sizeof(*w.iov));
+        run->nl += w.n_iov;
+        pos += w.nbb;
+        ++run->n;
+    }
+    return run->n;
+}
+
+/* The first @a n WQEs of a run completed: CQEs, counters, consumer index. */
+void vqp_sw_req_run_complete(vqp_sw_qp_t *qp, const vqp_sw_run_t *run,
+                             unsigned n)
+{
+    unsigned i;
+
+    for (i = 0; i < n; ++i) {
+        if (run->ent[i].signaled) {
+            vqp_sw_cqe_req(qp, run->ent[i].idx, run->ent[i].opcode,
+                           (uint32_t)run->ent[i].len);
+        }
+        qp->shm->bytes += run->ent[i].len;
+        qp->sq_ci += run->ent[i].nbb;
+    }
+    qp->shm->wqes += n;
+    qp->stall       = VQP_SW_STALL_NONE;
+    qp->stall_count = 0;
+}
+
+/* A run of SEND/SEND_IMM delivered under one lock with one syscall. */
+static unsigned vqp_sw_req_send_run(vqp_sw_qp_t *qp, uint16_t pi,
+                                    unsigned budget)
+{
+    vqp_sw_run_t run;
+    unsigned n;
+
+    if (vqp_sw_req_scan_run(qp, pi, budget, MLX5_OPCODE_SEND,
+                            MLX5_OPCODE_SEND_IMM, &run) < 2) {
+        return 0; /* a single SEND goes the ordinary way */
+    }
+    n = vqp_sw_resp_deliver_run(qp, &run);
+    if (n > 0) {
+        vqp_sw_req_run_complete(qp, &run, n);
+    }
+    return n;
+}
+
 unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
 {
     uint8_t copy[VQP_SW_MAX_WQE_BB * VQP_SW_BB];
@@ -434,10 +531,15 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
             qp->sq_buf + (size_t)(qp->sq_ci & (qp->sq_wqe_cnt - 1)) * VQP_SW_BB;
         if (head[3] == MLX5_OPCODE_RDMA_WRITE) {
             run = vqp_sw_req_write_run(qp, pi, VQP_SW_WQE_BUDGET - n);
-            if (run > 0) {
-                n += run;
-                continue;
-            }
+        } else if ((head[3] == MLX5_OPCODE_SEND) ||
+                   (head[3] == MLX5_OPCODE_SEND_IMM)) {
+            run = vqp_sw_req_send_run(qp, pi, VQP_SW_WQE_BUDGET - n);
+        } else {
+            run = 0;
+        }
+        if (run > 0) {
+            n += run;
+            continue;
         }
         switch (vqp_sw_req_one(qp, pi, copy)) {
         case VQP_SW_REQ_DONE:

@@ -40,10 +40,13 @@ vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp)
 }
 
 /* The next receive WQE of @a tqp: its scatter list and wqe_counter. */
+/* The receive WQE @a k places after the next one the target's queue hands
+ * out (k = 0: the next). For an SRQ, @a cursor follows the linked list: set
+ * here for k = 0, advanced by the caller with vqp_sw_resp_srq_next(). */
 static vqp_sw_resp_status_t
-vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
-                     const struct mlx5_wqe_data_seg **segs, unsigned *n_segs,
-                     uint16_t *wqe_counter)
+vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, unsigned k,
+                     uint32_t *cursor, const struct mlx5_wqe_data_seg **segs,
+                     unsigned *n_segs, uint16_t *wqe_counter)
 {
     vqp_sw_shm_t *pshm = qp->peer->shm;
     unsigned tidx      = tqp->qpn & (VQP_SW_MAX_QP - 1);
@@ -75,14 +78,15 @@ vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
                              __ATOMIC_RELEASE);
             return VQP_SW_RESP_REM_OP;
         }
-        if (avail == 0) {
+        if (avail <= k) {
             return VQP_SW_RESP_RNR;
         }
-        wqe = (uint8_t *)pshm + tqp->rq_off +
-              (size_t)(tqp->rq_ci & (tqp->rq_wqe_cnt - 1)) * tqp->rq_stride;
+        wqe =
+            (uint8_t *)pshm + tqp->rq_off +
+            (size_t)((tqp->rq_ci + k) & (tqp->rq_wqe_cnt - 1)) * tqp->rq_stride;
         *segs        = (const void *)wqe;
         *n_segs      = ucs_min(tqp->rq_max_sge, VQP_SW_MAX_SGE);
-        *wqe_counter = (uint16_t)tqp->rq_ci;
+        *wqe_counter = (uint16_t)(tqp->rq_ci + k);
         return VQP_SW_RESP_OK;
     }
     if (tqp->srq_index >= VQP_SW_MAX_SRQ) {
@@ -110,30 +114,99 @@ vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
                          __ATOMIC_RELEASE);
         return VQP_SW_RESP_REM_OP;
     }
-    if (avail == 0) {
+    if (avail <= k) {
         return VQP_SW_RESP_RNR;
     }
-    wqe   = (uint8_t *)pshm + srq->buf_off + (size_t)srq->hw_head * srq->stride;
-    *segs = (const void *)(wqe + sizeof(struct mlx5_wqe_srq_next_seg));
-    *n_segs      = ucs_min(srq->max_sge, VQP_SW_MAX_SGE);
-    *wqe_counter = (uint16_t)srq->hw_head;
+    if (k == 0) {
+        *cursor = srq->hw_head & (srq->wqe_cnt - 1);
+    }
+    wqe     = (uint8_t *)pshm + srq->buf_off + (size_t)*cursor * srq->stride;
+    *segs   = (const void *)(wqe + sizeof(struct mlx5_wqe_srq_next_seg));
+    *n_segs = ucs_min(srq->max_sge, VQP_SW_MAX_SGE);
+    *wqe_counter = (uint16_t)*cursor;
     return VQP_SW_RESP_OK;
+}
+
+/* The SRQ entry after @a entry in the target's linked list. */
+static uint32_t vqp_sw_resp_srq_next(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                     uint32_t entry)
+{
+    vqp_sw_shm_srq_t *srq = &qp->peer->shm->srq[tqp->srq_index];
+    const struct mlx5_wqe_srq_next_seg *next =
+        (const void *)((uint8_t *)qp->peer->shm + srq->buf_off +
+                       (size_t)entry * srq->stride);
+
+    return be16toh(next->next_wqe_index) & (srq->wqe_cnt - 1);
+}
+
+/* Remote iovecs for a @a len-byte message from a receive WQE's scatter list
+ * (ends at MLX5_INVALID_LKEY or max_sge entries). Returns 0, or the
+ * receiver's syndrome: 0x04 for a bad entry, 0x01 if the message does not
+ * fit. Logs only if @a log (a merged run retries the WQE alone, which
+ * logs). */
+static uint8_t vqp_sw_resp_scatter(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                   const struct mlx5_wqe_data_seg *segs,
+                                   unsigned n_segs, uint64_t len,
+                                   uint16_t wqe_counter, struct iovec *riov,
+                                   unsigned *nr_p, bool log)
+{
+    uint64_t cap = 0, left = len;
+    const char *why;
+    uint32_t bc, lkey;
+    unsigned i, nr = 0;
+
+    for (i = 0; i < n_segs; ++i) {
+        lkey = be32toh(segs[i].lkey);
+        if (lkey == MLX5_INVALID_LKEY) {
+            break;
+        }
+        bc               = be32toh(segs[i].byte_count);
+        riov[i].iov_base = (void *)(uintptr_t)be64toh(segs[i].addr);
+        riov[i].iov_len  = bc ? bc : 0x80000000u;
+        why = vqp_sw_mr_check(qp->peer->shm, lkey, be64toh(segs[i].addr),
+                              riov[i].iov_len, IBV_ACCESS_LOCAL_WRITE);
+        if (why != NULL) {
+            if (log) {
+                ucs_error("vqp_sw %s: QP 0x%x WQE %u: receive WQE %u of peer "
+                          "QP 0x%x, segment %u lkey 0x%x: %s",
+                          qp->dev->name, qp->qpn, qp->sq_ci, wqe_counter,
+                          tqp->qpn, i, lkey, why);
+            }
+            return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+        }
+        cap += riov[i].iov_len;
+        if (left > 0) {
+            if (riov[i].iov_len > left) {
+                riov[i].iov_len = left;
+            }
+            left -= riov[i].iov_len;
+            nr = i + 1;
+        }
+    }
+    if (cap < len) {
+        if (log) {
+            ucs_error("vqp_sw %s: QP 0x%x WQE %u: %lu-byte message does not "
+                      "fit receive WQE %u (%lu bytes) of peer QP 0x%x",
+                      qp->dev->name, qp->qpn, qp->sq_ci, len, wqe_counter, cap,
+                      tqp->qpn);
+        }
+        return MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+    }
+    *nr_p = nr;
+    return 0;
 }
 
 static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
                                 uint16_t wqe_counter)
 {
     vqp_sw_shm_srq_t *srq;
-    const struct mlx5_wqe_srq_next_seg *next;
 
     if (tqp->srq_index == VQP_SW_NO_SRQ) {
         ++tqp->rq_ci;
         return;
     }
     srq          = &qp->peer->shm->srq[tqp->srq_index];
-    next         = (const void *)((uint8_t *)qp->peer->shm + srq->buf_off +
-                          (size_t)wqe_counter * srq->stride);
-    srq->hw_head = be16toh(next->next_wqe_index) & (srq->wqe_cnt - 1);
+    srq->hw_head = vqp_sw_resp_srq_next(qp, tqp, wqe_counter);
     ++srq->consumed;
 }
 
@@ -167,12 +240,11 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     const struct mlx5_wqe_data_seg *segs = NULL;
     struct iovec riov[VQP_SW_MAX_SGE];
     vqp_sw_resp_status_t status;
-    unsigned n_segs = 0, nr = 0, i;
-    uint64_t cap         = 0, left;
+    unsigned n_segs = 0, nr = 0;
     uint16_t wqe_counter = 0;
     uint8_t cqe_op, rsynd = 0;
     const char *why = NULL;
-    uint32_t bc, lkey;
+    uint32_t cursor = 0;
     int err;
 
     if ((qp->peer == NULL) || qp->peer->dead) {
@@ -192,7 +264,8 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
         status = VQP_SW_RESP_BUSY;
         goto out;
     }
-    status = vqp_sw_resp_take_wqe(qp, tqp, &segs, &n_segs, &wqe_counter);
+    status =
+        vqp_sw_resp_take_wqe(qp, tqp, 0, &cursor, &segs, &n_segs, &wqe_counter);
     if (status != VQP_SW_RESP_OK) {
         goto out;
     }
@@ -222,44 +295,11 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     } else {
         cqe_op = (opcode == MLX5_OPCODE_SEND_IMM) ? MLX5_CQE_RESP_SEND_IMM
                                                   : MLX5_CQE_RESP_SEND;
-        /* Scatter list up to MLX5_INVALID_LKEY or max_sge entries. */
-        left = len;
-        for (i = 0; i < n_segs; ++i) {
-            lkey = be32toh(segs[i].lkey);
-            if (lkey == MLX5_INVALID_LKEY) {
-                break;
-            }
-            bc               = be32toh(segs[i].byte_count);
-            riov[i].iov_base = (void *)(uintptr_t)be64toh(segs[i].addr);
-            riov[i].iov_len  = bc ? bc : 0x80000000u;
-            why = vqp_sw_mr_check(pshm, lkey, be64toh(segs[i].addr),
-                                  riov[i].iov_len, IBV_ACCESS_LOCAL_WRITE);
-            if (why != NULL) {
-                ucs_error("vqp_sw %s: QP 0x%x WQE %u: receive WQE %u of peer "
-                          "QP 0x%x, segment %u lkey 0x%x: %s",
-                          qp->dev->name, qp->qpn, qp->sq_ci, wqe_counter,
-                          tqp->qpn, i, lkey, why);
-                rsynd  = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
-                status = VQP_SW_RESP_REM_OP;
-                break;
-            }
-            cap += riov[i].iov_len;
-            if (left > 0) {
-                if (riov[i].iov_len > left) {
-                    riov[i].iov_len = left;
-                }
-                left -= riov[i].iov_len;
-                nr = i + 1;
-            }
-        }
-        if ((rsynd == 0) && (cap < len)) {
-            ucs_error("vqp_sw %s: QP 0x%x WQE %u: %lu-byte message does not "
-                      "fit receive WQE %u (%lu bytes) of peer QP 0x%x",
-                      qp->dev->name, qp->qpn, qp->sq_ci, len, wqe_counter, cap,
-                      tqp->qpn);
-            rsynd  = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
-            status = VQP_SW_RESP_REM_INVAL;
-        }
+        rsynd  = vqp_sw_resp_scatter(qp, tqp, segs, n_segs, len, wqe_counter,
+                                     riov, &nr, true);
+        status = (rsynd == MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR)
+                     ? VQP_SW_RESP_REM_INVAL
+                     : VQP_SW_RESP_REM_OP;
         if (rsynd != 0) {
             /* The receiver completes this WQE in error and enters ERROR. */
             vqp_sw_resp_consume(qp, tqp, wqe_counter);
@@ -291,6 +331,74 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
 out:
     vqp_sw_unlock(pshm);
     return status;
+}
+
+/*
+ * Delivers a prefix of a run of SEND/SEND_IMM under one acquisition of the
+ * target's lock with one transfer for all payloads. Each message needs a
+ * receive WQE that takes it whole with valid keys and a free record; the
+ * run stops before the first that lacks one (the ordinary path then handles
+ * the RNR wait or reports the error). Nothing is consumed unless the
+ * transfer succeeded. Returns the messages delivered.
+ */
+unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
+{
+    struct iovec riov[VQP_SW_RUN_IOV];
+    uint16_t wqe_counter[VQP_SW_RUN_MAX];
+    const struct mlx5_wqe_data_seg *segs;
+    unsigned n = 0, nr = 0, nl = 0, cnt, room, n_segs, i;
+    vqp_sw_shm_qp_t *tqp;
+    vqp_sw_shm_t *pshm;
+    uint32_t cursor = 0;
+
+    if ((qp->peer == NULL) || qp->peer->dead) {
+        return 0;
+    }
+    pshm = qp->peer->shm;
+    vqp_sw_lock(pshm);
+    tqp = vqp_sw_peer_qp(qp);
+    if (tqp == NULL) {
+        goto out;
+    }
+    room = VQP_SW_INBOUND -
+           (unsigned)(pshm->in_head -
+                      __atomic_load_n(&pshm->in_tail, __ATOMIC_ACQUIRE));
+    while ((n < run->n) && (n < room) &&
+           (nr + VQP_SW_MAX_SGE <= VQP_SW_RUN_IOV)) {
+        if ((n > 0) && (tqp->srq_index != VQP_SW_NO_SRQ)) {
+            cursor = vqp_sw_resp_srq_next(qp, tqp, cursor);
+        }
+        if ((vqp_sw_resp_take_wqe(qp, tqp, n, &cursor, &segs, &n_segs,
+                                  &wqe_counter[n]) != VQP_SW_RESP_OK) ||
+            (vqp_sw_resp_scatter(qp, tqp, segs, n_segs, run->ent[n].len,
+                                 wqe_counter[n], riov + nr, &cnt,
+                                 false) != 0)) {
+            break;
+        }
+        nr += cnt;
+        nl = run->ent[n].liov_first + run->ent[n].liov_cnt;
+        ++n;
+    }
+    /* Without payload no syscall would notice a dead target: ask. Any
+     * failure: the ordinary path redoes the first WQE and reports it. */
+    if ((n > 0) &&
+        (((nl == 0) && (kill((pid_t)qp->peer->pid, 0) != 0) &&
+          (errno == ESRCH)) ||
+         (vqp_sw_xfer(qp->peer->pid, true, run->liov, nl, riov, nr) != 0))) {
+        n = 0;
+    }
+    for (i = 0; i < n; ++i) {
+        vqp_sw_resp_consume(qp, tqp, wqe_counter[i]);
+        vqp_sw_resp_publish(qp, tqp,
+                            (run->ent[i].opcode == MLX5_OPCODE_SEND_IMM)
+                                ? MLX5_CQE_RESP_SEND_IMM
+                                : MLX5_CQE_RESP_SEND,
+                            0, wqe_counter[i], (uint32_t)run->ent[i].len,
+                            run->ent[i].imm);
+    }
+out:
+    vqp_sw_unlock(pshm);
+    return n;
 }
 
 /* Owner side: turn inbound records into this device's responder CQEs. */

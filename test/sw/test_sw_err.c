@@ -133,6 +133,84 @@ static void test_write_run_error_in_middle(void **state)
     assert_int_equal(f->buf[1][4 * 16], 0);
 }
 
+/* A run of SENDs (delivered under one lock with one transfer) whose second
+ * message does not fit its receive: the first lands, the second fails
+ * (0x12 here, 0x01 at the receiver), the third is flushed. */
+static void test_send_run_error_in_middle(void **state)
+{
+    fx_t *f = *state;
+    struct mlx5_cqe64 cqe;
+    uint16_t w[3];
+    unsigned i;
+
+    sw_test_post_recv(&f->qp[1], f->buf[1], 64, f->lkey[1]);
+    sw_test_post_recv(&f->qp[1], f->buf[1] + 64, 4, f->lkey[1]);
+    sw_test_post_recv(&f->qp[1], f->buf[1] + 128, 64, f->lkey[1]);
+    for (i = 0; i < 3; ++i) {
+        memset(f->buf[0] + i * 16, 'k' + i, 16);
+        w[i] = fx_send(f, 0, MLX5_OPCODE_SEND, i * 16, 16, 0);
+    }
+    assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(be16toh(cqe.wqe_counter), w[0]);
+    expect_err(f, 0, 0, w[1], MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+    expect_err(f, 0, 0, w[2], MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    assert_true(sw_test_log_has("does not fit receive WQE 1"));
+    assert_int_equal(fx_poll(f, 1, 1, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+    assert_memory_equal(f->buf[1], f->buf[0], 16);
+    expect_err(f, 1, 1, 1, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    expect_err(f, 1, 1, 2, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    assert_int_equal(f->buf[1][128], 0);
+}
+
+/* A run of 5 SENDs with 2 receives posted: 2 land, the rest wait in RNR
+ * (infinite budget) and complete once receives appear, in order. */
+static void test_send_run_partial_rnr(void **state)
+{
+    fx_t *f = *state;
+    vqp_sw_qp_attr_t qa;
+    vqp_sw_qp_counters_t c;
+    struct mlx5_cqe64 cqe;
+    unsigned i;
+
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_state  = IBV_QPS_RTS;
+    qa.rnr_retry = 7;
+    qa.timeout   = 8;
+    qa.retry_cnt = 2;
+    assert_int_equal(vqp_sw_qp_modify(f->qp[0].qp, &qa), UCS_OK);
+    for (i = 0; i < 2; ++i) {
+        sw_test_post_recv(&f->qp[1], f->buf[1] + i * 64, 64, f->lkey[1]);
+    }
+    for (i = 0; i < 5; ++i) {
+        f->buf[0][i] = (uint8_t)('A' + i);
+        fx_send(f, 0, MLX5_OPCODE_SEND, i, 1, 0);
+    }
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be16toh(cqe.wqe_counter), i);
+    }
+    settle(f);
+    assert_null(sw_test_cq_peek(&f->scq[0]));
+    vqp_sw_qp_counters(f->qp[0].qp, &c);
+    assert_true(c.rnr_retries > 0);
+    for (i = 2; i < 5; ++i) {
+        sw_test_post_recv(&f->qp[1], f->buf[1] + i * 64, 64, f->lkey[1]);
+    }
+    for (i = 2; i < 5; ++i) {
+        assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be16toh(cqe.wqe_counter), i);
+    }
+    for (i = 0; i < 5; ++i) {
+        assert_int_equal(fx_poll(f, 1, 1, &cqe), 0);
+        assert_int_equal(be16toh(cqe.wqe_counter), i);
+        assert_int_equal(f->buf[1][(i % 8) * 64], 'A' + i);
+    }
+}
+
 /* Local bounds: byte_count 0 means 2 GiB, beyond the 8 KiB region. */
 static void test_lkey_bounds_and_2gib(void **state)
 {
@@ -727,6 +805,8 @@ int main(void)
         T(test_bad_lkey_flushes_all),
         T(test_lkey_bounds_and_2gib),
         T(test_write_run_error_in_middle),
+        T(test_send_run_error_in_middle),
+        T(test_send_run_partial_rnr),
         T(test_remote_access),
         T(test_remote_rights),
         T(test_deregistered_rkey),
