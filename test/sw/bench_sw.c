@@ -8,8 +8,10 @@
 
 #include "sw_test_util.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -207,6 +209,10 @@ int main(void)
     }
     pid = fork();
     if (pid == 0) {
+        /* Never outlive a failed run. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(to_child[1]);
+        close(to_parent[0]);
         ep_open(&e);
         vqp_sw_dev_address(e.dev, &me.addr);
         me.qpn  = e.qp.qpn;

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -198,7 +199,8 @@ static int child_main(int rfd, int wfd)
     fcntl(rfd, F_SETFL, fl | O_NONBLOCK);
     for (;;) {
         vqp_sw_progress(s.dev);
-        if (read(rfd, &stop, 1) == 1) {
+        /* A byte, or EOF: the parent is done or gone. */
+        if (read(rfd, &stop, 1) >= 0) {
             break;
         }
         sched_yield();
@@ -218,6 +220,8 @@ static void proc_start(proc_t *p, side_t *s, char mode, uint8_t rnr_retry)
     p->child = fork();
     assert_true(p->child >= 0);
     if (p->child == 0) {
+        /* Never outlive a test that failed half-way. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(to_child[1]);
         close(from_child[0]);
         int rc = child_main(to_child[0], from_child[1]);
@@ -671,7 +675,10 @@ static void test_srq_two_senders(void **state)
         child[i] = fork();
         assert_true(child[i] >= 0);
         if (child[i] == 0) {
-            int rc = srq_child_main(to_child[i][0], from_child[i][1], i);
+            int rc;
+
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            rc = srq_child_main(to_child[i][0], from_child[i][1], i);
 
             if (rc != 0) {
                 fprintf(stderr, "srq child %u failed at step %d\n", i, rc);
