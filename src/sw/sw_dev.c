@@ -1,6 +1,6 @@
 /*
  * Software mlx5 device: device instances, their shared-memory segments
- * (naming, creation, stale cleanup), the process registry of instances,
+ * (naming, creation, stale cleanup), per-process instance numbers,
  * the segment lock, the queue-memory arena and the progress entry point.
  */
 #include <config.h>
@@ -23,9 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Instances of this process; instance numbers are unique per process. */
-static pthread_mutex_t vqp_sw_registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static vqp_sw_dev_t *vqp_sw_registry;
+/* Instance numbers are unique per process (never reused: a peer caching
+ * (pid, instance) never meets a different device under the same name). */
+static pthread_mutex_t vqp_sw_instance_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t vqp_sw_next_instance;
 
 /* "vqp_sw-<uid>-", or "vqp_sw.<ns>-<uid>-" with VQP_SW_NAMESPACE=<ns>:
@@ -198,9 +198,9 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
 #endif
     vqp_sw_clean_stale((uint32_t)getuid());
 
-    pthread_mutex_lock(&vqp_sw_registry_lock);
+    pthread_mutex_lock(&vqp_sw_instance_lock);
     dev->instance = vqp_sw_next_instance++;
-    pthread_mutex_unlock(&vqp_sw_registry_lock);
+    pthread_mutex_unlock(&vqp_sw_instance_lock);
     dev->pid      = (uint32_t)getpid();
     dev->next_gen = 1;
     vqp_sw_shm_name(dev->name, sizeof(dev->name), (uint32_t)getuid(), dev->pid,
@@ -263,10 +263,6 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     dev->attr.max_msg_sz  = VQP_SW_MAX_MSG;
     dev->attr.max_rd_atom = 16;
 
-    pthread_mutex_lock(&vqp_sw_registry_lock);
-    dev->next       = vqp_sw_registry;
-    vqp_sw_registry = dev;
-    pthread_mutex_unlock(&vqp_sw_registry_lock);
     ucs_debug("vqp_sw: opened %s as %s", name, dev->name);
     *dev_p = dev;
     return UCS_OK;
@@ -284,7 +280,6 @@ err_unlink:
 
 void vqp_sw_dev_close(vqp_sw_dev_t *dev)
 {
-    vqp_sw_dev_t **p;
     unsigned i;
 
     if (dev == NULL) {
@@ -317,14 +312,6 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
             munmap(dev->peers[i].shm, dev->peers[i].size);
         }
     }
-    pthread_mutex_lock(&vqp_sw_registry_lock);
-    for (p = &vqp_sw_registry; *p != NULL; p = &(*p)->next) {
-        if (*p == dev) {
-            *p = dev->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&vqp_sw_registry_lock);
     __atomic_store_n(&dev->shm->alive, 0, __ATOMIC_RELEASE);
     shm_unlink(dev->name);
     munmap(dev->shm, dev->seg_size);

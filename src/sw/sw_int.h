@@ -245,7 +245,6 @@ struct vqp_sw_dev {
     vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
     vqp_sw_fault_t fault;
     uint64_t last_liveness;
-    vqp_sw_dev_t *next; /* process registry */
 };
 
 /* sw_dev.c */
