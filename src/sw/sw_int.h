@@ -67,8 +67,9 @@ typedef struct vqp_sw_shm_qp {
     uint64_t rq_off;
     uint32_t rq_ci;      /* peer writes, under the lock: RQ WQEs consumed */
     uint32_t remote_err; /* peer writes: responder-side error to enter */
-    /* Counters, owner writes (peers add responder bytes atomically). */
-    uint64_t wqes;
+    /* Counters, owner writes on every WQE: a cache line of their own so
+     * peers reading the fields above do not bounce it. */
+    uint64_t wqes __attribute__((aligned(64)));
     uint64_t bytes;
     uint64_t errors;
     uint64_t rnr_retries;
@@ -111,12 +112,13 @@ typedef struct vqp_sw_shm {
     uint64_t seg_size;
     uint64_t arena_off;
     /* Guards everything peers mutate: RQ/SRQ consumption, the inbound
-     * ring's producer side, atomics, and the owner's QP state changes. */
-    pthread_mutex_t lock;
+     * ring's producer side, atomics, and the owner's QP state changes.
+     * Cache lines by writer: peers (lock, in_head), owner (in_tail). */
+    pthread_mutex_t lock __attribute__((aligned(64)));
     uint64_t in_head; /* producers, under the lock */
-    uint64_t in_tail; /* owner */
+    uint64_t in_tail __attribute__((aligned(64))); /* owner */
     uint64_t progress_calls;
-    vqp_sw_shm_rec_t in[VQP_SW_INBOUND];
+    vqp_sw_shm_rec_t in[VQP_SW_INBOUND] __attribute__((aligned(64)));
     vqp_sw_shm_mr_t mr[VQP_SW_MAX_MR];
     vqp_sw_shm_qp_t qp[VQP_SW_MAX_QP];
     vqp_sw_shm_srq_t srq[VQP_SW_MAX_SRQ];
