@@ -2,15 +2,17 @@
 rc_vqp_module_sources = \
 	modules/rc_vqp/rc_vqp_abi.c \
 	modules/rc_vqp/rc_vqp_md.c \
-	modules/rc_vqp/rc_vqp_iface.c
+	modules/rc_vqp/rc_vqp_iface.c \
+	modules/rc_vqp/rc_vqp_ep.c
 
 noinst_HEADERS += \
 	modules/rc_vqp/rc_vqp_abi.h \
 	modules/rc_vqp/rc_vqp_md.h \
-	modules/rc_vqp/rc_vqp_iface.h
+	modules/rc_vqp/rc_vqp_iface.h \
+	modules/rc_vqp/rc_vqp.h
 
 rc_vqp_module_ldflags = -module -avoid-version -shared -Wl,--no-undefined
-rc_vqp_module_libadd  = $(UCX_LIBS)
+rc_vqp_module_libadd  = src/core/libvqp.la $(UCX_LIBS)
 
 module_LTLIBRARIES += modules/rc_vqp/libuct_rc_vqp.la
 modules_rc_vqp_libuct_rc_vqp_la_SOURCES = $(rc_vqp_module_sources)

@@ -1,17 +1,23 @@
 /*
- * rc_vqp transport: configuration table and device query. The interface
- * itself is built on the multi-QP core; until devices exist there is nothing
- * an interface could be opened on.
+ * rc_vqp interface: configuration (UCX_RC_VQP_*), the device list of a memory
+ * domain, the interface object (one virtual CQ on its device, registered
+ * buffer pools, the pending arbiter), its capabilities, progress (device,
+ * CQ, pending dispatch), active-message receive and the iface-wide flush and
+ * fence.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <config.h>
 
-#include "rc_vqp_iface.h"
-#include "rc_vqp_md.h"
+#include "rc_vqp.h"
 
+#include <ucs/arch/cpu.h>
+#include <ucs/datastruct/mpool.inl>
 #include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/string.h>
+#include <string.h>
 
 const char *uct_rc_vqp_lb_names[] = {
     [UCT_RC_VQP_LB_DQPLB] = "dqplb",
@@ -29,12 +35,12 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      ucs_offsetof(uct_rc_vqp_iface_config_t, num_qps), UCS_CONFIG_TYPE_UINT},
 
     {"LB", "dqplb",
-     "How fragments of one operation are spread over the QPs:\n"
-     " dqplb - every fragment is an RDMA write with immediate data carrying a\n"
-     "         sequence number; the receiver reorders in a bounded window.\n"
-     " spray - fragments are plain RDMA writes; after all of them complete "
-     "one\n"
-     "         zero-length write with immediate goes on a separate notify QP.",
+     "How notifications of striped writes with immediate data are ordered:\n"
+     " dqplb - every fragment carries a sequence number; the receiver\n"
+     "         reorders in a bounded window.\n"
+     " spray - after all fragments completed, one zero-length write with\n"
+     "         immediate goes on a separate notify QP.\n"
+     "Plain puts and gets are striped the same way under both.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, lb),
      UCS_CONFIG_TYPE_ENUM(uct_rc_vqp_lb_names)},
 
@@ -44,51 +50,473 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      UCS_CONFIG_TYPE_MEMUNITS},
 
     {"STRIPE_THRESH", "512k",
-     "Operations smaller than this go to a single QP unfragmented.",
+     "Puts and gets smaller than this go to a single QP unfragmented.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, stripe_threshold),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"MAX_OUTSTANDING", "128",
+    {"MAX_OUTSTANDING", "16",
      "Fragments in flight per physical QP before new fragments wait.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, max_outstanding),
      UCS_CONFIG_TYPE_UINT},
 
-    {"TX_QUEUE_LEN", "256", "Send queue length of each physical QP.",
+    {"TX_QUEUE_LEN", "256",
+     "Operations in flight per endpoint; more get UCS_ERR_NO_RESOURCE.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, tx_queue_len),
      UCS_CONFIG_TYPE_UINT},
 
-    {"RX_QUEUE_LEN", "4096", "Length of the interface's shared receive queue.",
+    {"RX_QUEUE_LEN", "128",
+     "Receive buffers each endpoint keeps posted for active messages.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, rx_queue_len),
      UCS_CONFIG_TYPE_UINT},
+
+    {"SEG_SIZE", "8k",
+     "Size of the bounce buffers of bcopy operations and active messages.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, seg_size),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"CQ_LEN", "65536",
+     "Completion queue entries of an interface, shared by its endpoints.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, cq_len), UCS_CONFIG_TYPE_UINT},
+
+    {"MAX_INLINE", "128",
+     "Largest payload copied into a work request instead of read by DMA.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, max_inline),
+     UCS_CONFIG_TYPE_MEMUNITS},
 
     {NULL}};
 
 static ucs_status_t
-uct_rc_vqp_query_devices(uct_md_h md, uct_tl_device_resource_t **devices_p,
+uct_rc_vqp_query_devices(uct_md_h tl_md, uct_tl_device_resource_t **devices_p,
                          unsigned *num_devices_p)
 {
-    *devices_p     = NULL;
-    *num_devices_p = 0;
+    uct_rc_vqp_md_t *md = ucs_derived_of(tl_md, uct_rc_vqp_md_t);
+    uct_tl_device_resource_t *device;
+    vqp_dev_attr_t attr;
+
+    vqp_dev_query(md->dev, &attr);
+    device = ucs_calloc(1, sizeof(*device), "rc_vqp_device");
+    if (device == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    ucs_snprintf_zero(device->name, sizeof(device->name), "%s", attr.name);
+    device->type       = UCT_DEVICE_TYPE_NET;
+    device->sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
+    *devices_p         = device;
+    *num_devices_p     = 1;
     return UCS_OK;
 }
 
-static ucs_status_t uct_rc_vqp_iface_open(uct_md_h md, uct_worker_h worker,
-                                          const uct_iface_params_t *params,
-                                          const uct_iface_config_t *config,
-                                          uct_iface_h *iface_p)
-{
-    const char *dev = (params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)
-                          ? params->mode.device.dev_name
-                          : "(none)";
+/* ------------------------------------------------------ registered pools */
 
-    ucs_error("rc_vqp: no such device '%s' (this build has no devices)", dev);
-    return UCS_ERR_NO_DEVICE;
+static ucs_status_t uct_rc_vqp_chunk_alloc(ucs_mpool_t *mp, size_t *size_p,
+                                           void **chunk_p)
+{
+    uct_rc_vqp_iface_t *iface = *(uct_rc_vqp_iface_t **)ucs_mpool_priv(mp);
+    size_t size               = sizeof(uct_rc_vqp_chunk_t) + *size_p;
+    uct_rc_vqp_chunk_t *chunk;
+    ucs_status_t status;
+    uint32_t rkey;
+
+    chunk = ucs_malloc(size, "rc_vqp_chunk");
+    if (chunk == NULL) {
+        ucs_error("rc_vqp: out of memory for a %zu-byte buffer chunk", size);
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = vqp_dev_mr_reg(iface->dev, chunk, size, IBV_ACCESS_LOCAL_WRITE,
+                            &chunk->mr, &chunk->lkey, &rkey);
+    if (status != UCS_OK) {
+        ucs_free(chunk);
+        return status;
+    }
+    *chunk_p = chunk + 1;
+    return UCS_OK;
 }
+
+static void uct_rc_vqp_chunk_release(ucs_mpool_t *mp, void *ptr)
+{
+    uct_rc_vqp_chunk_t *chunk = (uct_rc_vqp_chunk_t *)ptr - 1;
+
+    vqp_dev_mr_dereg(chunk->mr);
+    ucs_free(chunk);
+}
+
+static void uct_rc_vqp_tx_init(ucs_mpool_t *mp, void *obj, void *ptr)
+{
+    ((uct_rc_vqp_tx_desc_t *)obj)->lkey = ((uct_rc_vqp_chunk_t *)ptr - 1)->lkey;
+}
+
+static void uct_rc_vqp_rx_init(ucs_mpool_t *mp, void *obj, void *ptr)
+{
+    uct_rc_vqp_iface_t *iface  = *(uct_rc_vqp_iface_t **)ucs_mpool_priv(mp);
+    uct_rc_vqp_rx_desc_t *desc = obj;
+
+    desc->lkey    = ((uct_rc_vqp_chunk_t *)ptr - 1)->lkey;
+    desc->release = &iface->release_desc;
+}
+
+static ucs_mpool_ops_t uct_rc_vqp_tx_mp_ops = {
+    .chunk_alloc   = uct_rc_vqp_chunk_alloc,
+    .chunk_release = uct_rc_vqp_chunk_release,
+    .obj_init      = uct_rc_vqp_tx_init,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL,
+};
+
+static ucs_mpool_ops_t uct_rc_vqp_rx_mp_ops = {
+    .chunk_alloc   = uct_rc_vqp_chunk_alloc,
+    .chunk_release = uct_rc_vqp_chunk_release,
+    .obj_init      = uct_rc_vqp_rx_init,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL,
+};
+
+/* A descriptor kept by an AM handler (UCS_INPROGRESS) comes back here. */
+static void uct_rc_vqp_release_desc(uct_recv_desc_t *self, void *desc)
+{
+    ucs_mpool_put((uct_rc_vqp_rx_desc_t *)desc - 1);
+}
+
+/* ------------------------------------------------------------- interface */
+
+static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
+                                           uct_iface_attr_t *attr)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    size_t max_inline         = iface->vqp_params.max_inline;
+    vqp_dev_attr_t dev_attr;
+    vqp_dev_addr_t dev_addr;
+    unsigned num_qps;
+
+    vqp_dev_query(iface->dev, &dev_attr);
+    vqp_dev_address(iface->dev, &dev_addr);
+    uct_base_iface_query(&iface->super, attr);
+
+    attr->cap.put.max_short       = max_inline;
+    attr->cap.put.max_bcopy       = iface->seg_size;
+    attr->cap.put.min_zcopy       = 0;
+    attr->cap.put.max_zcopy       = dev_attr.max_msg_sz;
+    attr->cap.put.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
+    attr->cap.put.align_mtu       = dev_attr.path_mtu;
+    attr->cap.put.max_iov         = 1;
+
+    attr->cap.get.max_bcopy       = iface->seg_size;
+    attr->cap.get.min_zcopy       = 0;
+    attr->cap.get.max_zcopy       = dev_attr.max_msg_sz;
+    attr->cap.get.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
+    attr->cap.get.align_mtu       = dev_attr.path_mtu;
+    attr->cap.get.max_iov         = 1;
+
+    /* The 8-byte AM header is part of the short payload. */
+    attr->cap.am.max_short       = max_inline;
+    attr->cap.am.max_bcopy       = iface->seg_size;
+    attr->cap.am.min_zcopy       = 0;
+    attr->cap.am.max_zcopy       = iface->seg_size;
+    attr->cap.am.max_hdr         = ucs_min(iface->seg_size / 2, 128ul);
+    attr->cap.am.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
+    attr->cap.am.align_mtu       = dev_attr.path_mtu;
+    attr->cap.am.max_iov         = 1;
+
+    attr->cap.flags = UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
+                      UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_BCOPY |
+                      UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_AM_SHORT |
+                      UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY |
+                      UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING |
+                      UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_EP |
+                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                      UCT_IFACE_FLAG_EP_CHECK;
+    attr->cap.atomic64.op_flags = UCS_BIT(UCT_ATOMIC_OP_ADD);
+    attr->cap.atomic64.fop_flags =
+        UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+
+    attr->device_addr_len = vqp_dev_addr_packed_size(&dev_addr);
+    attr->iface_addr_len  = 0;
+    attr->ep_addr_len     = iface->ep_addr_len;
+    attr->max_conn_priv   = 0;
+
+    /* Honest estimates: the software device is a memory copy in another
+     * process's progress, far behind any HCA, so UCP ranks it last. */
+    num_qps = iface->vqp_params.num_qps;
+    if (dev_attr.link == VQP_DEV_LINK_SW) {
+        attr->latency             = ucs_linear_func_make(2e-6, 0);
+        attr->bandwidth.dedicated = 0;
+        attr->bandwidth.shared    = 2e9;
+        attr->overhead            = 200e-9;
+        attr->priority            = 0;
+    } else {
+        attr->latency             = ucs_linear_func_make(1.5e-6, 0);
+        attr->bandwidth.dedicated = 0;
+        attr->bandwidth.shared =
+            dev_attr.bandwidth * ucs_min(num_qps, 8u) / 8.0 * 0.95;
+        attr->overhead = 60e-9;
+        attr->priority = 10;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t uct_rc_vqp_iface_get_device_address(uct_iface_h tl_iface,
+                                                        uct_device_addr_t *addr)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    vqp_dev_addr_t dev_addr;
+    size_t len;
+
+    vqp_dev_address(iface->dev, &dev_addr);
+    return vqp_dev_addr_pack(&dev_addr, addr,
+                             vqp_dev_addr_packed_size(&dev_addr), &len);
+}
+
+static int uct_rc_vqp_iface_is_reachable(const uct_iface_h tl_iface,
+                                         const uct_device_addr_t *dev_addr,
+                                         const uct_iface_addr_t *iface_addr)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    vqp_dev_addr_t remote;
+
+    if ((dev_addr == NULL) ||
+        (vqp_dev_addr_unpack(dev_addr, VQP_DEV_ADDR_PACKED_MAX, &remote,
+                             NULL) != UCS_OK)) {
+        return 0;
+    }
+    return vqp_dev_is_reachable(iface->dev, &remote) == UCS_OK;
+}
+
+static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    unsigned count;
+
+    count = vqp_cq_progress(iface->cq);
+    if (!ucs_arbiter_is_empty(&iface->arbiter)) {
+        ucs_arbiter_dispatch(&iface->arbiter, 1, uct_rc_vqp_ep_process_pending,
+                             NULL);
+    }
+    return count;
+}
+
+static ucs_status_t uct_rc_vqp_iface_flush(uct_iface_h tl_iface, unsigned flags,
+                                           uct_completion_t *comp)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    ucs_status_t status, result = UCS_OK;
+    uct_rc_vqp_ep_t *ep;
+
+    if (comp != NULL) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    ucs_list_for_each(ep, &iface->eps, list)
+    {
+        /* Unsignaled operations complete only when a later CQE covers
+         * them: the endpoint flush posts that marker (once). */
+        status = uct_rc_vqp_ep_flush(&ep->super.super, flags, NULL);
+        if (status == UCS_INPROGRESS) {
+            result = UCS_INPROGRESS;
+        } else if (status != UCS_OK) {
+            return status;
+        }
+    }
+    return result;
+}
+
+static ucs_status_t uct_rc_vqp_iface_fence(uct_iface_h tl_iface, unsigned flags)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    uct_rc_vqp_ep_t *ep;
+
+    ucs_list_for_each(ep, &iface->eps, list)
+    {
+        uct_rc_vqp_ep_fence(&ep->super.super, flags);
+    }
+    return UCS_OK;
+}
+
+static UCS_CLASS_DECLARE_DELETE_FUNC(uct_rc_vqp_iface_t, uct_iface_t);
+
+static uct_iface_ops_t uct_rc_vqp_iface_ops = {
+    .ep_put_short      = uct_rc_vqp_ep_put_short,
+    .ep_put_bcopy      = uct_rc_vqp_ep_put_bcopy,
+    .ep_put_zcopy      = uct_rc_vqp_ep_put_zcopy,
+    .ep_get_bcopy      = uct_rc_vqp_ep_get_bcopy,
+    .ep_get_zcopy      = uct_rc_vqp_ep_get_zcopy,
+    .ep_am_short       = uct_rc_vqp_ep_am_short,
+    .ep_am_short_iov   = uct_base_ep_am_short_iov,
+    .ep_am_bcopy       = uct_rc_vqp_ep_am_bcopy,
+    .ep_am_zcopy       = uct_rc_vqp_ep_am_zcopy,
+    .ep_atomic_cswap64 = uct_rc_vqp_ep_atomic_cswap64,
+    .ep_atomic64_post  = uct_rc_vqp_ep_atomic64_post,
+    .ep_atomic64_fetch = uct_rc_vqp_ep_atomic64_fetch,
+    .ep_atomic_cswap32 =
+        (uct_ep_atomic_cswap32_func_t)ucs_empty_function_return_unsupported,
+    .ep_atomic32_post =
+        (uct_ep_atomic32_post_func_t)ucs_empty_function_return_unsupported,
+    .ep_atomic32_fetch =
+        (uct_ep_atomic32_fetch_func_t)ucs_empty_function_return_unsupported,
+    .ep_pending_add           = uct_rc_vqp_ep_pending_add,
+    .ep_pending_purge         = uct_rc_vqp_ep_pending_purge,
+    .ep_flush                 = uct_rc_vqp_ep_flush,
+    .ep_fence                 = uct_rc_vqp_ep_fence,
+    .ep_check                 = uct_rc_vqp_ep_check,
+    .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_rc_vqp_ep_t),
+    .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_rc_vqp_ep_t),
+    .ep_get_address           = uct_rc_vqp_ep_get_address,
+    .ep_connect_to_ep         = uct_rc_vqp_ep_connect_to_ep,
+    .iface_flush              = uct_rc_vqp_iface_flush,
+    .iface_fence              = uct_rc_vqp_iface_fence,
+    .iface_progress_enable    = uct_base_iface_progress_enable,
+    .iface_progress_disable   = uct_base_iface_progress_disable,
+    .iface_progress           = uct_rc_vqp_iface_progress,
+    .iface_close              = UCS_CLASS_DELETE_FUNC_NAME(uct_rc_vqp_iface_t),
+    .iface_query              = uct_rc_vqp_iface_query,
+    .iface_get_device_address = uct_rc_vqp_iface_get_device_address,
+    .iface_get_address =
+        (uct_iface_get_address_func_t)ucs_empty_function_return_success,
+    .iface_is_reachable = uct_rc_vqp_iface_is_reachable,
+};
+
+static ucs_status_t
+uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
+                              const vqp_dev_attr_t *attr)
+{
+    if ((config->num_qps == 0) || (config->frag_size == 0) ||
+        (config->frag_size > attr->max_msg_sz) ||
+        (config->max_outstanding == 0) || (config->tx_queue_len == 0) ||
+        (config->rx_queue_len == 0) || (config->seg_size < 64) ||
+        (config->seg_size > UINT32_MAX) || (config->max_inline < 8) ||
+        (config->max_inline > UINT32_MAX)) {
+        ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
+                  " (1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
+                  " RX_QUEUE_LEN=%u SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
+                  " (>= 8)",
+                  config->num_qps, config->frag_size, attr->max_msg_sz,
+                  config->max_outstanding, config->tx_queue_len,
+                  config->rx_queue_len, config->seg_size, config->max_inline);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
+                           uct_worker_h worker,
+                           const uct_iface_params_t *params,
+                           const uct_iface_config_t *tl_config)
+{
+    uct_rc_vqp_iface_config_t *config =
+        ucs_derived_of(tl_config, uct_rc_vqp_iface_config_t);
+    uct_rc_vqp_md_t *md = ucs_derived_of(tl_md, uct_rc_vqp_md_t);
+    vqp_cq_params_t cq_params;
+    vqp_dev_attr_t attr;
+    ucs_status_t status;
+
+    UCS_CLASS_CALL_SUPER_INIT(
+        uct_base_iface_t, &uct_rc_vqp_iface_ops, &uct_base_iface_internal_ops,
+        tl_md, worker, params,
+        tl_config UCS_STATS_ARG(
+            (params->field_mask & UCT_IFACE_PARAM_FIELD_STATS_ROOT)
+                ? params->stats_root
+                : NULL) UCS_STATS_ARG(UCT_RC_VQP_NAME));
+
+    vqp_dev_query(md->dev, &attr);
+    if (!(params->field_mask & UCT_IFACE_PARAM_FIELD_OPEN_MODE) ||
+        !(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
+        ucs_error("rc_vqp: only UCT_IFACE_OPEN_MODE_DEVICE is supported");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if (strcmp(params->mode.device.dev_name, attr.name)) {
+        ucs_error("rc_vqp: no device '%s' on memory domain %s",
+                  params->mode.device.dev_name, attr.name);
+        return UCS_ERR_NO_DEVICE;
+    }
+    status = uct_rc_vqp_iface_check_config(config, &attr);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    self->dev      = md->dev;
+    self->seg_size = config->seg_size;
+    self->rx_headroom =
+        UCT_IFACE_PARAM_VALUE(params, rx_headroom, RX_HEADROOM, 0);
+    self->rx_per_ep       = config->rx_queue_len;
+    self->release_desc.cb = uct_rc_vqp_release_desc;
+    ucs_list_head_init(&self->eps);
+    ucs_arbiter_init(&self->arbiter);
+
+    vqp_cq_params_default(&cq_params);
+    cq_params.devs[0]  = md->dev;
+    cq_params.num_devs = 1;
+    cq_params.cqe      = ucs_min(config->cq_len, (unsigned)attr.max_cqe);
+    status             = vqp_cq_create(&cq_params, &self->cq);
+    if (status != UCS_OK) {
+        goto err;
+    }
+
+    vqp_params_default(&self->vqp_params);
+    self->vqp_params.cq      = self->cq;
+    self->vqp_params.num_qps = config->num_qps;
+    self->vqp_params.lb =
+        (config->lb == UCT_RC_VQP_LB_SPRAY) ? VQP_LB_SPRAY : VQP_LB_DQPLB;
+    self->vqp_params.frag_size        = config->frag_size;
+    self->vqp_params.stripe_threshold = config->stripe_threshold;
+    self->vqp_params.max_outstanding  = config->max_outstanding;
+    self->vqp_params.max_ops          = config->tx_queue_len;
+    self->vqp_params.max_recvs        = config->rx_queue_len;
+    self->vqp_params.max_inline =
+        ucs_min(config->max_inline, (size_t)attr.max_inline);
+    self->vqp_params.comp_cb = uct_rc_vqp_ep_completion;
+    self->ep_addr_len        = vqp_address_size_for(&self->vqp_params);
+
+    status = ucs_mpool_init(&self->tx_mp, sizeof(void *),
+                            sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size, 0,
+                            UCS_SYS_CACHE_LINE_SIZE, 128, UINT_MAX,
+                            &uct_rc_vqp_tx_mp_ops, "rc_vqp_tx");
+    if (status != UCS_OK) {
+        goto err_cq;
+    }
+    *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->tx_mp) = self;
+
+    status = ucs_mpool_init(&self->rx_mp, sizeof(void *),
+                            sizeof(uct_rc_vqp_rx_desc_t) + self->rx_headroom +
+                                self->seg_size,
+                            0, UCS_SYS_CACHE_LINE_SIZE, 256, UINT_MAX,
+                            &uct_rc_vqp_rx_mp_ops, "rc_vqp_rx");
+    if (status != UCS_OK) {
+        goto err_tx_mp;
+    }
+    *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->rx_mp) = self;
+    return UCS_OK;
+
+err_tx_mp:
+    ucs_mpool_cleanup(&self->tx_mp, 0);
+err_cq:
+    vqp_cq_destroy(self->cq);
+err:
+    ucs_arbiter_cleanup(&self->arbiter);
+    return status;
+}
+
+static UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_iface_t)
+{
+    if (!ucs_list_is_empty(&self->eps)) {
+        ucs_warn("rc_vqp: interface closed with %zu endpoints still open",
+                 ucs_list_length(&self->eps));
+    }
+    uct_base_iface_progress_disable(&self->super.super,
+                                    UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    vqp_cq_destroy(self->cq);
+    ucs_mpool_cleanup(&self->rx_mp, 1);
+    ucs_mpool_cleanup(&self->tx_mp, 1);
+    ucs_arbiter_cleanup(&self->arbiter);
+}
+
+UCS_CLASS_DEFINE(uct_rc_vqp_iface_t, uct_base_iface_t);
+
+static UCS_CLASS_DEFINE_NEW_FUNC(uct_rc_vqp_iface_t, uct_iface_t, uct_md_h,
+                                 uct_worker_h, const uct_iface_params_t *,
+                                 const uct_iface_config_t *);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_rc_vqp_iface_t, uct_iface_t);
 
 uct_tl_t UCT_TL_NAME(rc_vqp) = {
     .name          = UCT_RC_VQP_NAME,
     .query_devices = uct_rc_vqp_query_devices,
-    .iface_open    = uct_rc_vqp_iface_open,
+    .iface_open    = UCS_CLASS_NEW_FUNC_NAME(uct_rc_vqp_iface_t),
     .config =
         {
             .name   = "rc_vqp transport",

@@ -21,8 +21,11 @@ typedef struct uct_rc_vqp_iface_config {
     size_t frag_size;         /* striping fragment size */
     size_t stripe_threshold;  /* smaller ops use one QP */
     unsigned max_outstanding; /* fragments in flight per QP */
-    unsigned tx_queue_len;    /* send queue entries per QP */
-    unsigned rx_queue_len;    /* shared receive queue entries */
+    unsigned tx_queue_len;    /* operations in flight per endpoint */
+    unsigned rx_queue_len;    /* receives posted per endpoint */
+    size_t seg_size;          /* bcopy / AM buffer size */
+    unsigned cq_len;          /* CQEs of the interface's CQ */
+    size_t max_inline;        /* inline bytes asked of the QPs */
 } uct_rc_vqp_iface_config_t;
 
 extern ucs_config_field_t uct_rc_vqp_iface_config_table[];

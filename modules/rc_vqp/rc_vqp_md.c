@@ -1,44 +1,211 @@
 /*
- * rc_vqp component and memory domain. The module registers itself from a
- * constructor (UCX 1.13 loads only the modules fixed at its build, so rc_vqp
- * arrives by LD_PRELOAD or an application's dlopen), after the ABI guard has
- * accepted the UCX library it was loaded into.
+ * rc_vqp component and memory domains: device discovery (one memory domain
+ * per hardware port, and the software device when no hardware is present or
+ * the user asks for it), memory registration and remote keys. The module
+ * registers itself from a constructor (UCX 1.13 loads only the modules fixed
+ * at its build, so rc_vqp arrives by LD_PRELOAD or an application's dlopen),
+ * after the ABI guard has accepted the UCX library it was loaded into.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <config.h>
 
+#include "rc_vqp.h"
 #include "rc_vqp_abi.h"
-#include "rc_vqp_iface.h"
-#include "rc_vqp_md.h"
 
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/compiler.h>
+#include <ucs/sys/string.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *uct_rc_vqp_sw_names[] = {
+    [UCT_RC_VQP_SW_NO]   = "n",
+    [UCT_RC_VQP_SW_YES]  = "y",
+    [UCT_RC_VQP_SW_AUTO] = "auto",
+    [UCT_RC_VQP_SW_LAST] = NULL,
+};
+
+#define UCT_RC_VQP_SW_ENV "UCX_RC_VQP_SW"
 
 static ucs_config_field_t uct_rc_vqp_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(uct_rc_vqp_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
 
+    {"SW", "auto",
+     "Offer the software mlx5 device " VQP_DEV_SW_NAME " (a device in shared\n"
+     "memory that moves data between processes of this host):\n"
+     " y    - always, next to any hardware device\n"
+     " n    - never\n"
+     " auto - only when no mlx5 device is present, so that a host with real\n"
+     "        HCAs never ends up on it by accident",
+     ucs_offsetof(uct_rc_vqp_md_config_t, sw),
+     UCS_CONFIG_TYPE_ENUM(uct_rc_vqp_sw_names)},
+
     {NULL}};
+
+/* Read before any config object exists (UCT asks for MD resources first). */
+static uct_rc_vqp_sw_mode_t uct_rc_vqp_sw_mode(void)
+{
+    const char *value = getenv(UCT_RC_VQP_SW_ENV);
+    unsigned i;
+
+    if (value == NULL) {
+        return UCT_RC_VQP_SW_AUTO;
+    }
+    for (i = 0; i < UCT_RC_VQP_SW_LAST; ++i) {
+        if (!strcasecmp(value, uct_rc_vqp_sw_names[i])) {
+            return i;
+        }
+    }
+    if (!strcasecmp(value, "yes") || !strcmp(value, "1")) {
+        return UCT_RC_VQP_SW_YES;
+    }
+    if (!strcasecmp(value, "no") || !strcmp(value, "0")) {
+        return UCT_RC_VQP_SW_NO;
+    }
+    ucs_warn("rc_vqp: %s=%s is not one of y, n, auto: using auto",
+             UCT_RC_VQP_SW_ENV, value);
+    return UCT_RC_VQP_SW_AUTO;
+}
+
+static ucs_status_t
+uct_rc_vqp_query_md_resources(uct_component_t *component,
+                              uct_md_resource_desc_t **resources_p,
+                              unsigned *num_resources_p)
+{
+    uct_rc_vqp_sw_mode_t sw = uct_rc_vqp_sw_mode();
+    uct_md_resource_desc_t *resources;
+    vqp_dev_info_t *list;
+    unsigned i, count, hw = 0;
+    ucs_status_t status;
+
+    status = vqp_dev_list(VQP_DEV_LIST_SW, &list, &count);
+    if (status != UCS_OK) {
+        return uct_md_query_empty_md_resource(resources_p, num_resources_p);
+    }
+    for (i = 0; i < count; ++i) {
+        hw += (list[i].link != VQP_DEV_LINK_SW);
+    }
+
+    resources = ucs_calloc(ucs_max(count, 1u), sizeof(*resources),
+                           "rc_vqp_md_resources");
+    if (resources == NULL) {
+        vqp_dev_list_free(list);
+        return UCS_ERR_NO_MEMORY;
+    }
+    *num_resources_p = 0;
+    for (i = 0; i < count; ++i) {
+        if ((list[i].link == VQP_DEV_LINK_SW) &&
+            ((sw == UCT_RC_VQP_SW_NO) ||
+             ((sw == UCT_RC_VQP_SW_AUTO) && (hw > 0)))) {
+            continue;
+        }
+        ucs_snprintf_zero(resources[*num_resources_p].md_name, UCT_MD_NAME_MAX,
+                          "%s", list[i].name);
+        ++*num_resources_p;
+    }
+    vqp_dev_list_free(list);
+    *resources_p = resources;
+    return UCS_OK;
+}
 
 static void uct_rc_vqp_md_close(uct_md_h uct_md)
 {
-    ucs_free(ucs_derived_of(uct_md, uct_rc_vqp_md_t));
+    uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
+    ucs_status_t status = vqp_dev_close(md->dev);
+
+    if (status != UCS_OK) {
+        ucs_warn("rc_vqp: closing device with objects still alive: %s",
+                 ucs_status_string(status));
+    }
+    ucs_free(md);
 }
 
 static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
 {
+    uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
+    vqp_dev_attr_t dev_attr;
+
+    vqp_dev_query(md->dev, &dev_attr);
     memset(attr, 0, sizeof(*attr));
-    /* No device yet, so nothing can be registered. */
-    attr->cap.flags            = 0;
-    attr->cap.reg_mem_types    = 0;
+    attr->cap.flags =
+        UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
+    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->rkey_packed_size     = 0;
-    attr->reg_cost             = ucs_linear_func_make(0, 0);
+    attr->cap.max_reg          = ULONG_MAX;
+    attr->rkey_packed_size     = sizeof(uct_rc_vqp_rkey_buf_t);
+    /* Registration pins and records the region: a fixed cost plus a little
+     * per page; the software device only records it. */
+    attr->reg_cost = (dev_attr.link == VQP_DEV_LINK_SW)
+                         ? ucs_linear_func_make(1e-6, 0)
+                         : ucs_linear_func_make(16e-6, 0.06e-9);
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+    return UCS_OK;
+}
+
+static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
+                                       size_t length, unsigned flags,
+                                       uct_mem_h *memh_p)
+{
+    uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
+    uct_rc_vqp_memh_t *memh;
+    ucs_status_t status;
+
+    memh = ucs_malloc(sizeof(*memh), "rc_vqp_memh");
+    if (memh == NULL) {
+        ucs_error("rc_vqp: out of memory registering %p+%zu", address, length);
+        return UCS_ERR_NO_MEMORY;
+    }
+    status =
+        vqp_dev_mr_reg(md->dev, address, length,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+                       &memh->mr, &memh->lkey, &memh->rkey);
+    if (status != UCS_OK) {
+        ucs_free(memh);
+        return status;
+    }
+    *memh_p = memh;
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_rc_vqp_mem_dereg(uct_md_h uct_md, const uct_md_mem_dereg_params_t *params)
+{
+    uct_rc_vqp_memh_t *memh;
+    ucs_status_t status;
+
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    memh   = params->memh;
+    status = vqp_dev_mr_dereg(memh->mr);
+    ucs_free(memh);
+    return status;
+}
+
+static ucs_status_t
+uct_rc_vqp_mkey_pack(uct_md_h uct_md, uct_mem_h uct_memh,
+                     const uct_md_mkey_pack_params_t *params, void *rkey_buffer)
+{
+    const uct_rc_vqp_memh_t *memh = uct_memh;
+    uct_rc_vqp_rkey_buf_t buf     = {.rkey = memh->rkey};
+
+    memcpy(rkey_buffer, &buf, sizeof(buf));
+    return UCS_OK;
+}
+
+static ucs_status_t uct_rc_vqp_rkey_unpack(uct_component_t *component,
+                                           const void *rkey_buffer,
+                                           uct_rkey_t *rkey_p, void **handle_p)
+{
+    uct_rc_vqp_rkey_buf_t buf;
+
+    memcpy(&buf, rkey_buffer, sizeof(buf));
+    *rkey_p   = buf.rkey;
+    *handle_p = NULL;
     return UCS_OK;
 }
 
@@ -49,10 +216,10 @@ static uct_md_ops_t uct_rc_vqp_md_ops = {
     .mem_free  = (uct_md_mem_free_func_t)ucs_empty_function_return_unsupported,
     .mem_advise =
         (uct_md_mem_advise_func_t)ucs_empty_function_return_unsupported,
-    .mem_reg   = (uct_md_mem_reg_func_t)ucs_empty_function_return_unsupported,
-    .mem_dereg = (uct_md_mem_dereg_func_t)ucs_empty_function_return_unsupported,
+    .mem_reg   = uct_rc_vqp_mem_reg,
+    .mem_dereg = uct_rc_vqp_mem_dereg,
     .mem_query = (uct_md_mem_query_func_t)ucs_empty_function_return_unsupported,
-    .mkey_pack = (uct_md_mkey_pack_func_t)ucs_empty_function_return_unsupported,
+    .mkey_pack = uct_rc_vqp_mkey_pack,
     .is_sockaddr_accessible = (uct_md_is_sockaddr_accessible_func_t)
         ucs_empty_function_return_zero_int,
     .detect_memory_type =
@@ -65,26 +232,22 @@ static ucs_status_t uct_rc_vqp_md_open(uct_component_t *component,
                                        uct_md_h *md_p)
 {
     uct_rc_vqp_md_t *md;
+    ucs_status_t status;
 
     md = ucs_calloc(1, sizeof(*md), "rc_vqp_md");
     if (md == NULL) {
         ucs_error("rc_vqp: failed to allocate memory domain %s", md_name);
         return UCS_ERR_NO_MEMORY;
     }
-
+    status = vqp_dev_open(md_name, NULL, &md->dev);
+    if (status != UCS_OK) {
+        ucs_free(md);
+        return status;
+    }
     md->super.ops       = &uct_rc_vqp_md_ops;
     md->super.component = component;
     *md_p               = &md->super;
     return UCS_OK;
-}
-
-static ucs_status_t
-uct_rc_vqp_query_md_resources(uct_component_t *component,
-                              uct_md_resource_desc_t **resources_p,
-                              unsigned *num_resources_p)
-{
-    return uct_md_query_single_md_resource(component, resources_p,
-                                           num_resources_p);
 }
 
 uct_component_t uct_rc_vqp_component = {
@@ -92,7 +255,7 @@ uct_component_t uct_rc_vqp_component = {
     .md_open            = uct_rc_vqp_md_open,
     .cm_open =
         (uct_component_cm_open_func_t)ucs_empty_function_return_unsupported,
-    .rkey_unpack = uct_md_stub_rkey_unpack,
+    .rkey_unpack = uct_rc_vqp_rkey_unpack,
     .rkey_ptr =
         (uct_component_rkey_ptr_func_t)ucs_empty_function_return_unsupported,
     .rkey_release =

@@ -9,12 +9,26 @@
 
 #define UCT_RC_VQP_NAME "rc_vqp"
 
+#include <dev/vqp_dev.h>
+
+/* Whether the software mlx5 device is offered (UCX_RC_VQP_SW). */
+typedef enum uct_rc_vqp_sw_mode {
+    UCT_RC_VQP_SW_NO,
+    UCT_RC_VQP_SW_YES,
+    UCT_RC_VQP_SW_AUTO, /* only when no mlx5 device is present */
+    UCT_RC_VQP_SW_LAST
+} uct_rc_vqp_sw_mode_t;
+
 typedef struct uct_rc_vqp_md_config {
     uct_md_config_t super;
+    int sw; /* uct_rc_vqp_sw_mode_t */
 } uct_rc_vqp_md_config_t;
 
+/* One memory domain per device (an HCA port or the software device), so
+ * that memory keys and the interface's QPs share one protection domain. */
 typedef struct uct_rc_vqp_md {
     uct_md_t super;
+    vqp_dev_t *dev;
 } uct_rc_vqp_md_t;
 
 extern uct_component_t uct_rc_vqp_component;

@@ -157,9 +157,25 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *addr, size_t len);
 
 /* UCS_OK: accepted (completion later if VQP_SEND_SIGNALED);
  * UCS_ERR_NO_RESOURCE: not started, try again after completions;
- * other errors: invalid request, nothing started. */
+ * other errors: invalid request, nothing started.
+ * An operation with VQP_SEND_INLINE is posted within the call (its buffer is
+ * free on return) or refused with UCS_ERR_NO_RESOURCE; others may wait inside
+ * the virtual QP for room, so their buffers stay in use until completion. */
 ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr);
 ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr);
+
+/* Operations vqp_post_send can accept right now (0: UCS_ERR_NO_RESOURCE). */
+unsigned vqp_send_avail(const vqp_t *vqp);
+
+/* Operations posted and not reported yet (0: nothing to flush). */
+unsigned vqp_ops_in_flight(const vqp_t *vqp);
+
+/* Move every physical QP to ERROR: operations in flight complete with
+ * UCS_ERR_CANCELED, later posts fail. For flush(CANCEL). */
+void vqp_cancel(vqp_t *vqp);
+
+/* The packed address size of a virtual QP created with @a params. */
+size_t vqp_address_size_for(const vqp_params_t *params);
 
 typedef struct vqp_stats {
     uint64_t ops_posted;

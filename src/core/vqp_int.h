@@ -181,6 +181,7 @@ struct vqp {
     unsigned wc_pending_recvs;
     vqp_dev_connect_params_t connect;
     int connected;
+    int canceling; /* vqp_cancel(): QP failures are expected */
     vqp_stats_t stats;
 };
 

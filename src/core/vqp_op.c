@@ -504,9 +504,9 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     if (pqp->role == VQP_ROLE_DATA) {
         --vqp->alive;
     }
-    ucs_warn("vqp %p: QP 0x%x failed (%s): excluded, %u of %u data QPs left",
-             vqp, pqp->qpn, ucs_status_string(status), vqp->alive,
-             vqp->num_qps);
+    ucs_log(vqp->canceling ? UCS_LOG_LEVEL_DEBUG : UCS_LOG_LEVEL_WARN,
+            "vqp %p: QP 0x%x failed (%s): excluded, %u of %u data QPs left",
+            vqp, pqp->qpn, ucs_status_string(status), vqp->alive, vqp->num_qps);
     /* Make sure every WQE still queued comes back (flushed). */
     vqp_dev_qp_set_error(pqp->dev_qp);
 
@@ -644,6 +644,11 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
         ucs_error("vqp %p: post before connect", vqp);
         return UCS_ERR_NOT_CONNECTED;
     }
+    if ((wr->flags & VQP_SEND_INLINE) && (wr->opcode == VQP_OP_WRITE_IMM) &&
+        (vqp->num_qps > 1)) {
+        ucs_error("vqp %p: WRITE_IMM over several QPs cannot be inline", vqp);
+        return UCS_ERR_INVALID_PARAM;
+    }
     if ((wr->flags & VQP_SEND_INLINE) &&
         (wr->length > vqp->qps[0].tx.max_inline)) {
         ucs_error("vqp %p: inline %lu bytes, at most %u", vqp, wr->length,
@@ -666,9 +671,28 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     if (ucs_unlikely(vqp->fatal != UCS_OK)) {
         return vqp->fatal;
     }
-    if (ucs_unlikely(VQP_RING_COUNT(vqp->op_head, vqp->op_tail) +
-                         vqp->wc_pending_ops >=
-                     vqp->max_ops)) {
+    if (ucs_unlikely(!vqp->send_qp->alive) &&
+        !((wr->opcode == VQP_OP_WRITE) || (wr->opcode == VQP_OP_READ) ||
+          (wr->opcode == VQP_OP_WRITE_IMM) || (wr->opcode == VQP_OP_FLUSH))) {
+        /* SENDs and atomics have one QP; it is gone. */
+        return vqp->send_qp->error;
+    }
+    if ((wr->opcode == VQP_OP_FLUSH) && !(wr->flags & VQP_SEND_SIGNALED) &&
+        (vqp->op_tail != vqp->op_head) &&
+        (VQP_OP(vqp, vqp->op_tail - 1)->opcode == VQP_OP_FLUSH)) {
+        /* Nothing was posted since the last flush, which will already cover
+         * everything: polling callers need not add one per poll. */
+        return UCS_OK;
+    }
+    if (ucs_unlikely(vqp_send_avail(vqp) == 0)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    if ((wr->flags & VQP_SEND_INLINE) &&
+        ((vqp->op_disp != vqp->op_tail) || !vqp->send_qp->alive ||
+         !vqp_pqp_has_room(vqp->send_qp) ||
+         ((wr->flags & VQP_SEND_FENCE) && (vqp->op_head != vqp->op_disp)))) {
+        /* The data lives in the caller's buffer only during this call: it
+         * must go into a WQE now or not at all. */
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -716,6 +740,29 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     ++vqp->stats.ops_posted;
     vqp_advance(vqp);
     return UCS_OK;
+}
+
+unsigned vqp_send_avail(const vqp_t *vqp)
+{
+    unsigned used =
+        VQP_RING_COUNT(vqp->op_head, vqp->op_tail) + vqp->wc_pending_ops;
+
+    return (used >= vqp->max_ops) ? 0 : vqp->max_ops - used;
+}
+
+unsigned vqp_ops_in_flight(const vqp_t *vqp)
+{
+    return VQP_RING_COUNT(vqp->op_head, vqp->op_tail);
+}
+
+void vqp_cancel(vqp_t *vqp)
+{
+    unsigned i;
+
+    vqp->canceling = 1;
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        vqp_pqp_fail(&vqp->qps[i], UCS_ERR_CANCELED);
+    }
 }
 
 /* Teardown or a dead virtual QP: every operation not reported yet completes

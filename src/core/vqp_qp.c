@@ -344,6 +344,23 @@ void vqp_destroy(vqp_t *vqp)
     vqp_free(vqp);
 }
 
+size_t vqp_address_size_for(const vqp_params_t *params)
+{
+    vqp_dev_qp_addr_t addr = {0};
+    size_t size            = sizeof(vqp_addr_hdr_t);
+    unsigned i, num_pqps = params->num_qps + (params->num_qps > 1);
+
+    for (i = 0; i < num_pqps; ++i) {
+        vqp_dev_address(
+            params->cq
+                ->devs[(i < params->num_qps) ? (i % params->cq->num_devs) : 0]
+                .dev,
+            &addr.dev);
+        size += vqp_dev_qp_addr_packed_size(&addr);
+    }
+    return size;
+}
+
 size_t vqp_address_size(const vqp_t *vqp)
 {
     vqp_dev_qp_addr_t addr;

@@ -459,7 +459,14 @@ ucs_status_t vqp_dev_hw_open(const char *name,
         goto out_close;
     }
     hw->port = port;
-    snprintf(hw->super.attr.name, VQP_DEV_NAME_MAX, "%s:%u", ibdev, port);
+    /* ibdev came from a name that fit VQP_DEV_NAME_MAX: cannot truncate;
+     * checked anyway so the compiler sees it at every optimisation level. */
+    if (snprintf(hw->super.attr.name, VQP_DEV_NAME_MAX, "%.*s:%u",
+                 VQP_DEV_NAME_MAX - 12, ibdev, port) >= VQP_DEV_NAME_MAX) {
+        ucs_error("%s: device name too long", name);
+        status = UCS_ERR_INVALID_PARAM;
+        goto out_close;
+    }
 
     hw->pd = ibv_alloc_pd(hw->ctx);
     if (hw->pd == NULL) {

@@ -381,6 +381,44 @@ static void test_send_recv_spray(void **state)
     run_send_recv(4, VQP_LB_SPRAY);
 }
 
+static void test_send_recv_1qp(void **state)
+{
+    run_send_recv(1, VQP_LB_DQPLB);
+}
+
+/* Messages both ways, each side answering what it received (ping-pong). */
+static void test_ping_pong_1qp(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    vqp_recv_wr_t rwr   = {0};
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    for (i = 0; i < 8; ++i) {
+        rwr.wr_id   = i;
+        rwr.addr    = (uintptr_t)p.b.buf + i * 64;
+        rwr.length  = 64;
+        rwr.lkey[0] = p.b.lkey;
+        assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+        rwr.addr    = (uintptr_t)p.a.buf + i * 64;
+        rwr.lkey[0] = p.a.lkey;
+        assert_int_equal(vqp_post_recv(p.a.vqp, &rwr), UCS_OK);
+    }
+    for (i = 0; i < 8; ++i) {
+        wr       = make_wr(&p.a, &p.b, VQP_OP_SEND_IMM, i, 4096, 0, 8);
+        wr.flags = VQP_SEND_INLINE;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        pair_wait(&p, i, i + 1);
+        wr       = make_wr(&p.b, &p.a, VQP_OP_SEND_IMM, i, 4096, 0, 8);
+        wr.flags = VQP_SEND_INLINE;
+        assert_int_equal(vqp_post_send(p.b.vqp, &wr), UCS_OK);
+        pair_wait(&p, i + 1, i + 1);
+    }
+    pair_destroy(&p);
+}
+
 static void test_atomics(void **state)
 {
     vqp_params_t params = base_params(4, VQP_LB_DQPLB);
@@ -448,9 +486,9 @@ static void test_backpressure(void **state)
 }
 
 /* Unsignaled operations report nothing; a flush completes after them. */
-static void test_unsignaled_and_flush(void **state)
+static void run_unsignaled_and_flush(unsigned num_qps)
 {
-    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
+    vqp_params_t params = base_params(num_qps, VQP_LB_SPRAY);
     vqp_send_wr_t wr;
     unsigned i;
     pair_t p;
@@ -478,6 +516,16 @@ static void test_unsignaled_and_flush(void **state)
     pair_idle(&p, 100);
     assert_int_equal(p.a.nwcs, 1);
     pair_destroy(&p);
+}
+
+static void test_unsignaled_and_flush(void **state)
+{
+    run_unsignaled_and_flush(4);
+}
+
+static void test_unsignaled_and_flush_1qp(void **state)
+{
+    run_unsignaled_and_flush(1);
 }
 
 /* A fenced operation starts only when everything before it completed: a
@@ -702,6 +750,48 @@ static void test_dqplb_window(void **state)
     side_close(&s);
 }
 
+/* flush(CANCEL): operations in flight complete as canceled, once; counters
+ * the UCT layer relies on; an inline post is refused while others wait. */
+static void test_cancel_and_accounting(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    params.max_outstanding = 1;
+    params.max_ops         = 8;
+    pair_create(&p, &params);
+    assert_int_equal(
+        vqp_address_size(p.a.vqp),
+        vqp_address_size_for(&(vqp_params_t){.cq = p.a.cq, .num_qps = 4}));
+    assert_int_equal(vqp_send_avail(p.a.vqp), 8);
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    for (i = 0; i < 6; ++i) {
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, 0, 0, 200000);
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    assert_int_equal(vqp_send_avail(p.a.vqp), 2);
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 6);
+    /* 4 QPs x 1 fragment are busy: the inline put cannot go now. */
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 50, 0, 0, 8);
+    wr.flags |= VQP_SEND_INLINE;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_NO_RESOURCE);
+
+    vqp_cancel(p.a.vqp);
+    pair_wait(&p, 6, 0);
+    pair_idle(&p, 200);
+    assert_int_equal(p.a.nwcs, 6);
+    for (i = 0; i < 6; ++i) {
+        assert_int_equal(p.a.wcs[i].wr_id, i);
+        assert_int_equal(p.a.wcs[i].status, UCS_ERR_CANCELED);
+    }
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    wr = make_wr(&p.a, &p.b, VQP_OP_SEND, 60, 0, 0, 8);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_CANCELED);
+    pair_destroy(&p);
+}
+
 static void test_bad_params(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -792,9 +882,12 @@ int main(void)
         cmocka_unit_test(test_notify_before_recv),
         cmocka_unit_test(test_send_recv_dqplb),
         cmocka_unit_test(test_send_recv_spray),
+        cmocka_unit_test(test_send_recv_1qp),
+        cmocka_unit_test(test_ping_pong_1qp),
         cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_unsignaled_and_flush),
+        cmocka_unit_test(test_unsignaled_and_flush_1qp),
         cmocka_unit_test(test_fence),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
@@ -802,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_remote_access_error),
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_dqplb_window),
+        cmocka_unit_test(test_cancel_and_accounting),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_post_errors),
     };

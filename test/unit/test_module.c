@@ -74,7 +74,8 @@ static uct_md_h open_md(uct_component_h component)
     attr.field_mask   = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
     attr.md_resources = calloc(1, sizeof(*attr.md_resources));
     assert_int_equal(uct_component_query(component, &attr), UCS_OK);
-    assert_string_equal(attr.md_resources[0].md_name, "rc_vqp");
+    /* No mlx5 device here: the software device is offered (SW=auto). */
+    assert_string_equal(attr.md_resources[0].md_name, "vqp_sw0");
 
     assert_int_equal(uct_md_config_read(component, NULL, NULL, &md_config),
                      UCS_OK);
@@ -98,12 +99,32 @@ static void test_md_and_transport(void **state)
     md = open_md(component);
     assert_int_equal(uct_md_query(md, &md_attr), UCS_OK);
     assert_string_equal(md_attr.component_name, "rc_vqp");
-    /* No device exists yet, so the transport reports none. */
+    assert_true(md_attr.cap.flags & UCT_MD_FLAG_REG);
+    assert_true(md_attr.cap.flags & UCT_MD_FLAG_NEED_RKEY);
+    assert_int_equal(md_attr.rkey_packed_size, 4);
     assert_int_equal(uct_md_query_tl_resources(md, &resources, &num_resources),
                      UCS_OK);
-    assert_int_equal(num_resources, 0);
+    assert_int_equal(num_resources, 1);
+    assert_string_equal(resources[0].tl_name, "rc_vqp");
+    assert_string_equal(resources[0].dev_name, "vqp_sw0");
     uct_release_tl_resource_list(resources);
     uct_md_close(md);
+}
+
+/* UCX_RC_VQP_SW=n hides the software device; y offers it. */
+static void test_sw_device_switch(void **state)
+{
+    uct_component_attr_t attr = {
+        .field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
+    uct_component_h component = find_component("rc_vqp");
+
+    setenv("UCX_RC_VQP_SW", "n", 1);
+    assert_int_equal(uct_component_query(component, &attr), UCS_OK);
+    assert_int_equal(attr.md_resource_count, 0);
+    setenv("UCX_RC_VQP_SW", "y", 1);
+    assert_int_equal(uct_component_query(component, &attr), UCS_OK);
+    assert_int_equal(attr.md_resource_count, 1);
+    unsetenv("UCX_RC_VQP_SW");
 }
 
 static void test_config_from_environment(void **state)
@@ -173,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_registration_state),
 #if RC_VQP_EXPECT_REGISTERED
         cmocka_unit_test(test_md_and_transport),
+        cmocka_unit_test(test_sw_device_switch),
         cmocka_unit_test(test_config_from_environment),
         cmocka_unit_test(test_iface_open_without_device),
 #endif

@@ -20,7 +20,8 @@ check() { # description, command...
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 
 LD_PRELOAD="$pre$module" "$ucx_info" -d >"$out/d" 2>"$out/d.err"
-check "ucx_info -d lists the rc_vqp memory domain" grep -q '^# Memory domain: rc_vqp$' "$out/d"
+check "ucx_info -d lists the software device's memory domain" grep -q '^# Memory domain: vqp_sw0$' "$out/d"
+check "ucx_info -d lists the rc_vqp transport on it" grep -q '^#      Transport: rc_vqp$' "$out/d"
 check "ucx_info -d lists the rc_vqp component" grep -q '^#     Component: rc_vqp$' "$out/d"
 check "ucx_info -d prints no rc_vqp warning for the matching build" sh -c "! grep -q rc_vqp_abi \"$out/d\" \"$out/d.err\""
 

@@ -1,0 +1,158 @@
+/*
+ * rc_vqp UCT glue: the structures shared by the memory domain, interface and
+ * endpoint files. A thin mapping of uct.h onto the multi-QP core (vqp.h): an
+ * interface owns one virtual CQ on its device, an endpoint owns one virtual
+ * QP, and every UCT operation becomes one core operation.
+ */
+#ifndef UCT_RC_VQP_H_
+#define UCT_RC_VQP_H_
+
+#include "rc_vqp_iface.h"
+#include "rc_vqp_md.h"
+
+#include <core/vqp.h>
+#include <ucs/datastruct/arbiter.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
+#include <uct/base/uct_iface.h>
+
+/* An AM id travels in the immediate data of the SEND carrying the message. */
+#define UCT_RC_VQP_AM_ID_MASK (UCT_AM_ID_MAX - 1)
+
+/* Operations whose wr_id is a descriptor (bcopy, get_bcopy) are tagged with
+ * this bit; otherwise the wr_id is the user's uct_completion_t (or 0). */
+#define UCT_RC_VQP_WR_DESC 1ul
+
+typedef struct uct_rc_vqp_memh {
+    vqp_dev_mr_t *mr;
+    uint32_t lkey;
+    uint32_t rkey;
+} uct_rc_vqp_memh_t;
+
+typedef struct uct_rc_vqp_rkey_buf {
+    uint32_t rkey;
+} UCS_S_PACKED uct_rc_vqp_rkey_buf_t;
+
+/* Chunk header of the registered memory pools. */
+typedef struct uct_rc_vqp_chunk {
+    vqp_dev_mr_t *mr;
+    uint32_t lkey;
+} uct_rc_vqp_chunk_t;
+
+/* Send-side bounce buffer: bcopy data, get_bcopy landing zone. */
+typedef struct uct_rc_vqp_tx_desc {
+    uct_completion_t *comp;
+    uct_unpack_callback_t unpack_cb;
+    void *unpack_arg;
+    size_t length;
+    uint32_t lkey;
+} uct_rc_vqp_tx_desc_t;
+
+/* Receive buffer: the release pointer sits right before the user's
+ * headroom, where uct_iface_release_desc() looks for it. */
+typedef struct uct_rc_vqp_rx_desc {
+    uint32_t lkey;
+    uint32_t reserved;
+    uct_recv_desc_t *release;
+} uct_rc_vqp_rx_desc_t;
+
+typedef struct uct_rc_vqp_iface {
+    uct_base_iface_t super;
+    vqp_dev_t *dev;
+    vqp_cq_t *cq;
+    vqp_params_t vqp_params; /* template for endpoints */
+    ucs_arbiter_t arbiter;
+    ucs_list_link_t eps;
+    ucs_mpool_t tx_mp;
+    ucs_mpool_t rx_mp;
+    uct_recv_desc_t release_desc;
+    size_t seg_size;
+    size_t rx_headroom;
+    unsigned rx_per_ep;
+    size_t ep_addr_len;
+    uint64_t scratch; /* result of atomics without fetch */
+} uct_rc_vqp_iface_t;
+
+enum {
+    UCT_RC_VQP_EP_CONNECTED = 1u << 0,
+    UCT_RC_VQP_EP_FAILED    = 1u << 1, /* error handler called */
+    UCT_RC_VQP_EP_FENCE     = 1u << 2  /* next operation is fenced */
+};
+
+typedef struct uct_rc_vqp_ep {
+    uct_base_ep_t super;
+    vqp_t *vqp;
+    ucs_arbiter_group_t arb_group;
+    ucs_list_link_t list;
+    unsigned flags;
+} uct_rc_vqp_ep_t;
+
+UCS_CLASS_DECLARE(uct_rc_vqp_ep_t, const uct_ep_params_t *);
+UCS_CLASS_DECLARE_NEW_FUNC(uct_rc_vqp_ep_t, uct_ep_t, const uct_ep_params_t *);
+UCS_CLASS_DECLARE_DELETE_FUNC(uct_rc_vqp_ep_t, uct_ep_t);
+
+/* Completion callback of every endpoint's virtual QP. */
+void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc);
+
+/* Post receive descriptors until the endpoint has rx_per_ep of them. */
+ucs_status_t uct_rc_vqp_ep_post_receives(uct_rc_vqp_ep_t *ep, unsigned count);
+
+/* Operations (rc_vqp_ep.c) */
+ucs_status_t uct_rc_vqp_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                     unsigned length, uint64_t remote_addr,
+                                     uct_rkey_t rkey);
+ssize_t uct_rc_vqp_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                                void *arg, uint64_t remote_addr,
+                                uct_rkey_t rkey);
+ucs_status_t uct_rc_vqp_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                     size_t iovcnt, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_get_bcopy(uct_ep_h tl_ep,
+                                     uct_unpack_callback_t unpack_cb, void *arg,
+                                     size_t length, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                     size_t iovcnt, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
+                                    const void *buffer, unsigned length);
+ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                               uct_pack_callback_t pack_cb, void *arg,
+                               unsigned flags);
+ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
+                                    const void *header, unsigned header_length,
+                                    const uct_iov_t *iov, size_t iovcnt,
+                                    unsigned flags, uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
+                                         uint64_t value, uint64_t remote_addr,
+                                         uct_rkey_t rkey);
+ucs_status_t uct_rc_vqp_ep_atomic64_fetch(uct_ep_h tl_ep,
+                                          uct_atomic_op_t opcode,
+                                          uint64_t value, uint64_t *result,
+                                          uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
+                                          uint64_t swap, uint64_t remote_addr,
+                                          uct_rkey_t rkey, uint64_t *result,
+                                          uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                 uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_fence(uct_ep_h tl_ep, unsigned flags);
+ucs_status_t uct_rc_vqp_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                 uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
+                                       unsigned flags);
+void uct_rc_vqp_ep_pending_purge(uct_ep_h tl_ep,
+                                 uct_pending_purge_callback_t cb, void *arg);
+ucs_status_t uct_rc_vqp_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr);
+ucs_status_t uct_rc_vqp_ep_connect_to_ep(uct_ep_h tl_ep,
+                                         const uct_device_addr_t *dev_addr,
+                                         const uct_ep_addr_t *ep_addr);
+
+/* Pending dispatch from the interface's progress. */
+ucs_arbiter_cb_result_t
+uct_rc_vqp_ep_process_pending(ucs_arbiter_t *arbiter,
+                              ucs_arbiter_group_t *group,
+                              ucs_arbiter_elem_t *elem, void *arg);
+
+#endif

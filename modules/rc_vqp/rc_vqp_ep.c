@@ -1,0 +1,699 @@
+/*
+ * rc_vqp endpoint: one virtual QP per endpoint. Maps every UCT operation to
+ * one core operation, turns core completions back into uct_completion_t
+ * calls and active-message handler calls, reports peer failure once per
+ * endpoint, and keeps UCT's pending queue on the interface's arbiter.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <config.h>
+
+#include "rc_vqp.h"
+
+#include <ucs/datastruct/mpool.inl>
+#include <uct/base/uct_iov.inl>
+#include <ucs/debug/log.h>
+#include <string.h>
+
+#define UCT_RC_VQP_EP_IFACE(_ep) \
+    ucs_derived_of((_ep)->super.super.iface, uct_rc_vqp_iface_t)
+
+typedef struct {
+    uct_pending_purge_callback_t cb;
+    void *arg;
+} uct_rc_vqp_purge_args_t;
+
+/* ----------------------------------------------------------- completions */
+
+static void uct_rc_vqp_ep_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+
+    /* Canceled operations are the user's own doing (flush(CANCEL), destroy):
+     * no peer failure to report. */
+    if ((status == UCS_ERR_CANCELED) || (ep->flags & UCT_RC_VQP_EP_FAILED)) {
+        return;
+    }
+    ep->flags |= UCT_RC_VQP_EP_FAILED;
+    uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);
+}
+
+static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
+{
+    uct_rc_vqp_iface_t *iface  = UCT_RC_VQP_EP_IFACE(ep);
+    uct_rc_vqp_rx_desc_t *desc = (void *)(uintptr_t)wc->wr_id;
+    void *data = UCS_PTR_BYTE_OFFSET(desc + 1, iface->rx_headroom);
+    ucs_status_t status;
+
+    if (wc->status != UCS_OK) {
+        ucs_mpool_put(desc); /* flushed or canceled receive */
+        return;
+    }
+    if (!(wc->flags & VQP_WC_WITH_IMM)) {
+        ucs_error("rc_vqp ep %p: message of %lu bytes without an AM id:"
+                  " dropped",
+                  ep, wc->byte_len);
+    } else {
+        status =
+            uct_iface_invoke_am(&iface->super, wc->imm & UCT_RC_VQP_AM_ID_MASK,
+                                data, wc->byte_len, UCT_CB_PARAM_FLAG_DESC);
+        if (status == UCS_INPROGRESS) {
+            /* The handler keeps the buffer; post a fresh one instead. */
+            uct_rc_vqp_ep_post_receives(ep, 1);
+            return;
+        }
+    }
+    ucs_mpool_put(desc);
+    uct_rc_vqp_ep_post_receives(ep, 1);
+}
+
+void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
+{
+    uct_rc_vqp_ep_t *ep       = arg;
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    uct_rc_vqp_tx_desc_t *desc;
+    uct_completion_t *comp;
+
+    if ((wc->opcode == VQP_OP_RECV) || (wc->opcode == VQP_OP_RECV_NOTIFY)) {
+        uct_rc_vqp_ep_recv(ep, wc);
+        return;
+    }
+
+    if (wc->wr_id & UCT_RC_VQP_WR_DESC) {
+        desc = (void *)(uintptr_t)(wc->wr_id & ~UCT_RC_VQP_WR_DESC);
+        if ((wc->status == UCS_OK) && (desc->unpack_cb != NULL)) {
+            desc->unpack_cb(desc->unpack_arg, desc + 1, desc->length);
+        }
+        comp = desc->comp;
+        ucs_mpool_put(desc);
+    } else {
+        comp = (uct_completion_t *)(uintptr_t)wc->wr_id;
+    }
+    if (comp != NULL) {
+        uct_invoke_completion(comp, wc->status);
+    }
+    if (wc->status != UCS_OK) {
+        uct_rc_vqp_ep_failed(ep, wc->status);
+    }
+    /* Room for one more operation: pending requests may go on. */
+    ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
+}
+
+ucs_status_t uct_rc_vqp_ep_post_receives(uct_rc_vqp_ep_t *ep, unsigned count)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    uct_rc_vqp_rx_desc_t *desc;
+    vqp_recv_wr_t wr = {0};
+    ucs_status_t status;
+
+    while (count-- > 0) {
+        desc = ucs_mpool_get(&iface->rx_mp);
+        if (desc == NULL) {
+            ucs_error("rc_vqp ep %p: out of receive buffers", ep);
+            return UCS_ERR_NO_MEMORY;
+        }
+        wr.wr_id   = (uintptr_t)desc;
+        wr.addr    = (uintptr_t)(desc + 1) + iface->rx_headroom;
+        wr.length  = iface->seg_size;
+        wr.lkey[0] = desc->lkey;
+        status     = vqp_post_recv(ep->vqp, &wr);
+        if (status != UCS_OK) {
+            ucs_mpool_put(desc);
+            return status;
+        }
+    }
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------ operations */
+
+/* Post @a wr, fenced if the user asked for a fence since the last one. */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_post(uct_rc_vqp_ep_t *ep,
+                                                           vqp_send_wr_t *wr)
+{
+    ucs_status_t status;
+
+    if (ucs_unlikely(ep->flags & UCT_RC_VQP_EP_FENCE)) {
+        wr->flags |= VQP_SEND_FENCE;
+    }
+    status = vqp_post_send(ep->vqp, wr);
+    if (ucs_likely(status == UCS_OK)) {
+        ep->flags &= ~UCT_RC_VQP_EP_FENCE;
+    }
+    return status;
+}
+
+static UCS_F_ALWAYS_INLINE void
+uct_rc_vqp_wr_init(vqp_send_wr_t *wr, vqp_opcode_t opcode, uint64_t wr_id,
+                   unsigned flags, const void *laddr, uint64_t length,
+                   uint32_t lkey, uint64_t raddr, uct_rkey_t rkey)
+{
+    wr->wr_id       = wr_id;
+    wr->opcode      = opcode;
+    wr->flags       = flags;
+    wr->local_addr  = (uintptr_t)laddr;
+    wr->length      = length;
+    wr->remote_addr = raddr;
+    wr->lkey[0]     = lkey;
+    wr->rkey[0]     = (uint32_t)rkey;
+    wr->imm         = 0;
+    wr->compare_add = 0;
+    wr->swap        = 0;
+}
+
+/* A bounce buffer, only when the endpoint can take an operation: bcopy
+ * must not call pack_cb for an operation it then refuses. */
+static UCS_F_ALWAYS_INLINE uct_rc_vqp_tx_desc_t *
+uct_rc_vqp_ep_get_desc(uct_rc_vqp_ep_t *ep)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    uct_rc_vqp_tx_desc_t *desc;
+
+    if (ucs_unlikely(vqp_send_avail(ep->vqp) == 0)) {
+        return NULL;
+    }
+    desc = ucs_mpool_get_inline(&iface->tx_mp);
+    if (ucs_likely(desc != NULL)) {
+        desc->comp      = NULL;
+        desc->unpack_cb = NULL;
+    }
+    return desc;
+}
+
+static UCS_F_ALWAYS_INLINE uint64_t uct_rc_vqp_desc_wr_id(void *desc)
+{
+    return (uintptr_t)desc | UCT_RC_VQP_WR_DESC;
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_rc_vqp_iov_check(const uct_iov_t *iov, size_t iovcnt, uint32_t *lkey_p)
+{
+    const uct_rc_vqp_memh_t *memh;
+
+    if (iovcnt != 1) {
+        ucs_error("rc_vqp: %zu iov entries, exactly 1 is supported", iovcnt);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (iov->stride != 0 && iov->count > 1) {
+        ucs_error("rc_vqp: strided iov is not supported");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    memh = iov->memh;
+    if ((memh == UCT_MEM_HANDLE_NULL) && (uct_iov_get_length(iov) != 0)) {
+        ucs_error("rc_vqp: zcopy from %p without a memory handle", iov->buffer);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *lkey_p = (memh == UCT_MEM_HANDLE_NULL) ? 0 : memh->lkey;
+    return UCS_OK;
+}
+
+ucs_status_t uct_rc_vqp_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                     unsigned length, uint64_t remote_addr,
+                                     uct_rkey_t rkey)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    vqp_send_wr_t wr;
+
+    uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, 0, VQP_SEND_INLINE, buffer, length, 0,
+                       remote_addr, rkey);
+    return uct_rc_vqp_ep_post(ep, &wr);
+}
+
+ssize_t uct_rc_vqp_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                                void *arg, uint64_t remote_addr,
+                                uct_rkey_t rkey)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_tx_desc_t *desc;
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+    size_t length;
+
+    desc = uct_rc_vqp_ep_get_desc(ep);
+    if (desc == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    length = pack_cb(desc + 1, arg);
+    uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, uct_rc_vqp_desc_wr_id(desc),
+                       VQP_SEND_SIGNALED, desc + 1, length, desc->lkey,
+                       remote_addr, rkey);
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    if (status != UCS_OK) {
+        ucs_mpool_put(desc);
+        return status;
+    }
+    return length;
+}
+
+ucs_status_t uct_rc_vqp_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                     size_t iovcnt, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+    uint32_t lkey;
+
+    if ((iovcnt == 0) || (uct_iov_total_length(iov, iovcnt) == 0)) {
+        return UCS_OK;
+    }
+    status = uct_rc_vqp_iov_check(iov, iovcnt, &lkey);
+    if (status != UCS_OK) {
+        return status;
+    }
+    uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, (uintptr_t)comp,
+                       (comp != NULL) ? VQP_SEND_SIGNALED : 0, iov->buffer,
+                       uct_iov_get_length(iov), lkey, remote_addr, rkey);
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_get_bcopy(uct_ep_h tl_ep,
+                                     uct_unpack_callback_t unpack_cb, void *arg,
+                                     size_t length, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    uct_rc_vqp_tx_desc_t *desc;
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+
+    if (length > iface->seg_size) {
+        ucs_error("rc_vqp: get_bcopy of %zu bytes, at most %zu", length,
+                  iface->seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    desc = uct_rc_vqp_ep_get_desc(ep);
+    if (desc == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    desc->comp       = comp;
+    desc->unpack_cb  = unpack_cb;
+    desc->unpack_arg = arg;
+    desc->length     = length;
+    uct_rc_vqp_wr_init(&wr, VQP_OP_READ, uct_rc_vqp_desc_wr_id(desc),
+                       VQP_SEND_SIGNALED, desc + 1, length, desc->lkey,
+                       remote_addr, rkey);
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    if (status != UCS_OK) {
+        ucs_mpool_put(desc);
+        return status;
+    }
+    return UCS_INPROGRESS;
+}
+
+ucs_status_t uct_rc_vqp_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                     size_t iovcnt, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+    uint32_t lkey;
+
+    if ((iovcnt == 0) || (uct_iov_total_length(iov, iovcnt) == 0)) {
+        return UCS_OK;
+    }
+    status = uct_rc_vqp_iov_check(iov, iovcnt, &lkey);
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* A get's data is usable only once its completion is seen. */
+    uct_rc_vqp_wr_init(&wr, VQP_OP_READ, (uintptr_t)comp, VQP_SEND_SIGNALED,
+                       iov->buffer, uct_iov_get_length(iov), lkey, remote_addr,
+                       rkey);
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
+                                    const void *buffer, unsigned length)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    /* Header and payload must arrive as one buffer: gather them here, the
+     * WQE takes them inline within the post. */
+    char data[sizeof(hdr) + length];
+    vqp_send_wr_t wr;
+
+    if (sizeof(hdr) + length > iface->vqp_params.max_inline) {
+        ucs_error("rc_vqp: am_short of %zu bytes, at most %u",
+                  sizeof(hdr) + length, iface->vqp_params.max_inline);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    memcpy(data, &hdr, sizeof(hdr));
+    memcpy(data + sizeof(hdr), buffer, length);
+    uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, 0, VQP_SEND_INLINE, data,
+                       sizeof(data), 0, 0, 0);
+    wr.imm = id;
+    return uct_rc_vqp_ep_post(ep, &wr);
+}
+
+ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                               uct_pack_callback_t pack_cb, void *arg,
+                               unsigned flags)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_tx_desc_t *desc;
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+    size_t length;
+
+    desc = uct_rc_vqp_ep_get_desc(ep);
+    if (desc == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    length = pack_cb(desc + 1, arg);
+    uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
+                       VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
+    wr.imm = id;
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    if (status != UCS_OK) {
+        ucs_mpool_put(desc);
+        return status;
+    }
+    return length;
+}
+
+ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
+                                    const void *header, unsigned header_length,
+                                    const uct_iov_t *iov, size_t iovcnt,
+                                    unsigned flags, uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    size_t length             = header_length;
+    uct_rc_vqp_tx_desc_t *desc;
+    ucs_iov_iter_t iter;
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+    size_t i;
+
+    for (i = 0; i < iovcnt; ++i) {
+        length += uct_iov_get_length(&iov[i]);
+    }
+    if (length > iface->seg_size) {
+        ucs_error("rc_vqp: am_zcopy of %zu bytes, at most %zu", length,
+                  iface->seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    desc = uct_rc_vqp_ep_get_desc(ep);
+    if (desc == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    /* The receiver sees one contiguous message; AM sizes are bounded by the
+     * segment, so gathering into the registered buffer costs one copy and
+     * frees the user's buffers at once (completed: UCS_OK). */
+    memcpy(desc + 1, header, header_length);
+    ucs_iov_iter_init(&iter);
+    uct_iov_to_buffer(iov, iovcnt, &iter,
+                      UCS_PTR_BYTE_OFFSET(desc + 1, header_length), SIZE_MAX);
+    uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
+                       VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
+    wr.imm = id;
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    if (status != UCS_OK) {
+        ucs_mpool_put(desc);
+        return status;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t uct_rc_vqp_ep_atomic(uct_rc_vqp_ep_t *ep,
+                                         vqp_opcode_t opcode,
+                                         uint64_t compare_add, uint64_t swap,
+                                         uint64_t *result, uint64_t remote_addr,
+                                         uct_rkey_t rkey,
+                                         uct_completion_t *comp)
+{
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+
+    if (remote_addr & 7) {
+        ucs_error("rc_vqp: 64-bit atomic at unaligned address 0x%lx",
+                  remote_addr);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    uct_rc_vqp_wr_init(&wr, opcode, (uintptr_t)comp, VQP_SEND_SIGNALED, result,
+                       sizeof(*result), 0, remote_addr, rkey);
+    wr.compare_add = compare_add;
+    wr.swap        = swap;
+    status         = uct_rc_vqp_ep_post(ep, &wr);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
+                                         uint64_t value, uint64_t remote_addr,
+                                         uct_rkey_t rkey)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    ucs_status_t status;
+
+    if (opcode != UCT_ATOMIC_OP_ADD) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    status = uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_FA, value, 0,
+                                  &iface->scratch, remote_addr, rkey, NULL);
+    return (status == UCS_INPROGRESS) ? UCS_OK : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_atomic64_fetch(uct_ep_h tl_ep,
+                                          uct_atomic_op_t opcode,
+                                          uint64_t value, uint64_t *result,
+                                          uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+
+    if (opcode != UCT_ATOMIC_OP_ADD) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_FA, value, 0, result,
+                                remote_addr, rkey, comp);
+}
+
+ucs_status_t uct_rc_vqp_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
+                                          uint64_t swap, uint64_t remote_addr,
+                                          uct_rkey_t rkey, uint64_t *result,
+                                          uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+
+    return uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_CS, compare, swap, result,
+                                remote_addr, rkey, comp);
+}
+
+/* ------------------------------------------------ flush, fence, pending */
+
+ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                 uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        /* Outstanding operations complete as canceled; the endpoint is
+         * unusable afterwards, as UCT says. */
+        vqp_cancel(ep->vqp);
+        ep->flags |= UCT_RC_VQP_EP_FAILED;
+    }
+    if (vqp_ops_in_flight(ep->vqp) == 0) {
+        return UCS_OK;
+    }
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        if (comp == NULL) {
+            return UCS_INPROGRESS;
+        }
+        /* No QP is left to carry a marker; the canceled operations report
+         * as the device flushes them. */
+        return UCS_INPROGRESS;
+    }
+    uct_rc_vqp_wr_init(&wr, VQP_OP_FLUSH, (uintptr_t)comp,
+                       (comp != NULL) ? VQP_SEND_SIGNALED : 0, NULL, 0, 0, 0,
+                       0);
+    status = vqp_post_send(ep->vqp, &wr);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_fence(uct_ep_h tl_ep, unsigned flags)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+
+    /* Operations of one endpoint run on many QPs: the next one must wait
+     * for all earlier ones, not only for those on its own QP. */
+    if (vqp_ops_in_flight(ep->vqp) != 0) {
+        ep->flags |= UCT_RC_VQP_EP_FENCE;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t uct_rc_vqp_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                 uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+
+    if (flags != 0) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ep->flags & UCT_RC_VQP_EP_FAILED) {
+        return UCS_OK; /* already reported */
+    }
+    if (vqp_ops_in_flight(ep->vqp) != 0) {
+        return UCS_OK; /* traffic in flight will tell */
+    }
+    /* A zero-length write to nowhere reaches the peer's QP: a dead peer
+     * turns it into an error completion, reported once. */
+    uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, 0, 0, NULL, 0, 0, 0, 0);
+    status = vqp_post_send(ep->vqp, &wr);
+    return (status == UCS_ERR_NO_RESOURCE) ? UCS_OK : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
+                                       unsigned flags)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+
+    if (vqp_send_avail(ep->vqp) != 0) {
+        return UCS_ERR_BUSY;
+    }
+    UCS_STATIC_ASSERT(sizeof(uct_pending_req_priv_arb_t) <=
+                      UCT_PENDING_REQ_PRIV_LEN);
+    uct_pending_req_arb_group_push(&ep->arb_group, req);
+    /* Scheduled when a completion makes room (uct_rc_vqp_ep_completion). */
+    (void)iface;
+    return UCS_OK;
+}
+
+ucs_arbiter_cb_result_t
+uct_rc_vqp_ep_process_pending(ucs_arbiter_t *arbiter,
+                              ucs_arbiter_group_t *group,
+                              ucs_arbiter_elem_t *elem, void *arg)
+{
+    uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
+    uct_rc_vqp_ep_t *ep = ucs_container_of(group, uct_rc_vqp_ep_t, arb_group);
+    ucs_status_t status;
+
+    status = req->func(req);
+    if (status == UCS_OK) {
+        return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
+    } else if (status == UCS_INPROGRESS) {
+        return UCS_ARBITER_CB_RESULT_NEXT_GROUP;
+    } else if (vqp_send_avail(ep->vqp) != 0) {
+        /* Refused for another reason than room: try the others first. */
+        return UCS_ARBITER_CB_RESULT_RESCHED_GROUP;
+    }
+    return UCS_ARBITER_CB_RESULT_DESCHED_GROUP;
+}
+
+static ucs_arbiter_cb_result_t
+uct_rc_vqp_ep_purge_cb(ucs_arbiter_t *arbiter, ucs_arbiter_group_t *group,
+                       ucs_arbiter_elem_t *elem, void *arg)
+{
+    uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
+    uct_rc_vqp_purge_args_t *args = arg;
+
+    if (args->cb != NULL) {
+        args->cb(req, args->arg);
+    }
+    return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
+}
+
+void uct_rc_vqp_ep_pending_purge(uct_ep_h tl_ep,
+                                 uct_pending_purge_callback_t cb, void *arg)
+{
+    uct_rc_vqp_ep_t *ep          = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface    = UCT_RC_VQP_EP_IFACE(ep);
+    uct_rc_vqp_purge_args_t args = {cb, arg};
+
+    ucs_arbiter_group_purge(&iface->arbiter, &ep->arb_group,
+                            uct_rc_vqp_ep_purge_cb, &args);
+}
+
+/* -------------------------------------------------------- connection */
+
+ucs_status_t uct_rc_vqp_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    size_t len;
+
+    return vqp_address_pack(ep->vqp, addr, iface->ep_addr_len, &len);
+}
+
+ucs_status_t uct_rc_vqp_ep_connect_to_ep(uct_ep_h tl_ep,
+                                         const uct_device_addr_t *dev_addr,
+                                         const uct_ep_addr_t *ep_addr)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    ucs_status_t status;
+
+    if (ep->flags & UCT_RC_VQP_EP_CONNECTED) {
+        ucs_error("rc_vqp ep %p: already connected", ep);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    status = vqp_connect(ep->vqp, ep_addr, iface->ep_addr_len);
+    if (status != UCS_OK) {
+        return status;
+    }
+    ep->flags |= UCT_RC_VQP_EP_CONNECTED;
+    return uct_rc_vqp_ep_post_receives(ep, iface->rx_per_ep);
+}
+
+UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
+{
+    uct_rc_vqp_iface_t *iface =
+        ucs_derived_of(params->iface, uct_rc_vqp_iface_t);
+    vqp_params_t vqp_params = iface->vqp_params;
+    ucs_status_t status;
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
+
+    if (params->field_mask &
+        (UCT_EP_PARAM_FIELD_DEV_ADDR | UCT_EP_PARAM_FIELD_IFACE_ADDR)) {
+        ucs_error("rc_vqp: connecting to an interface address is not"
+                  " supported; create the endpoint from the interface and"
+                  " connect it to the peer endpoint");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    vqp_params.comp_arg = self;
+    status              = vqp_create(&vqp_params, &self->vqp);
+    if (status != UCS_OK) {
+        return status;
+    }
+    self->flags = 0;
+    ucs_arbiter_group_init(&self->arb_group);
+    ucs_list_add_tail(&iface->eps, &self->list);
+    return UCS_OK;
+}
+
+static void uct_rc_vqp_ep_purge_warn(uct_pending_req_t *req, void *arg)
+{
+    ucs_warn("rc_vqp ep %p: destroyed with pending request %p", arg, req);
+}
+
+UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(self);
+
+    uct_rc_vqp_ep_pending_purge(&self->super.super, uct_rc_vqp_ep_purge_warn,
+                                self);
+    /* Operations in flight complete as canceled (their completions run),
+     * receive buffers return to the pool. */
+    self->flags |= UCT_RC_VQP_EP_FAILED;
+    vqp_destroy(self->vqp);
+    ucs_arbiter_group_cleanup(&self->arb_group);
+    ucs_list_del(&self->list);
+    (void)iface;
+}
+
+UCS_CLASS_DEFINE(uct_rc_vqp_ep_t, uct_base_ep_t);
+UCS_CLASS_DEFINE_NEW_FUNC(uct_rc_vqp_ep_t, uct_ep_t, const uct_ep_params_t *);
+UCS_CLASS_DEFINE_DELETE_FUNC(uct_rc_vqp_ep_t, uct_ep_t);

@@ -1,0 +1,1130 @@
+/*
+ * Core microbenchmark (issue 7): ns and instructions per operation for
+ * posting and for completing RDMA WRITEs through the multi-QP core (libvqp),
+ * against bare mlx5 posts and CQE polls of the same WQEs on the same
+ * software device; allocations per operation; memory per endpoint and per QP.
+ *
+ * One cycle: post K operations (timed), let the software device execute them
+ * (untimed: device progress until the last CQE is in the CQ), complete them
+ * (timed). During the timed completion the device is stopped: this program
+ * links with --wrap=vqp_dev_progress and the wrapper returns 0 at once, so
+ * vqp_cq_poll() measures the core's CQE handling and nothing of the device.
+ * The bare baseline posts the same WQEs round robin on N bare QPs of the
+ * same devices and polls them as a minimal user would (status, QP by QPN,
+ * SQ space back, consumer index per batch). Compare figures only as ratios
+ * within one run. Under callgrind (--insn) it counts instructions instead.
+ */
+/* Before config.h: UCX's configuration defines NVALGRIND, which would turn
+ * the client requests into no-ops. */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define BENCH_HAVE_CALLGRIND 1
+#endif
+#endif
+
+#include <config.h>
+
+#include "../../src/core/vqp_int.h"
+
+#include <ucs/sys/math.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef BENCH_HAVE_CALLGRIND
+#define BENCH_HAVE_CALLGRIND 0
+#endif
+
+/* Counting allocations by interposing malloc would fight a sanitizer's own
+ * interposition: sanitized builds report "n/a". */
+#define BENCH_COUNT_ALLOCS 1
+#if defined(__SANITIZE_ADDRESS__)
+#undef BENCH_COUNT_ALLOCS
+#define BENCH_COUNT_ALLOCS 0
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#undef BENCH_COUNT_ALLOCS
+#define BENCH_COUNT_ALLOCS 0
+#endif
+#endif
+
+#define OP_BYTES_DEFAULT (64u * 1024) /* bytes per operation */
+#ifndef MAX_OPS
+#define MAX_OPS 4096u /* see docs/performance.md: SQ limit */
+#endif
+#define MAX_FRAGS    65536u /* fragments in flight, all QPs */
+#define POLL_BATCH   64u    /* completions asked per vqp_cq_poll */
+#define QP_TABLE     1024u  /* bare QPs by QPN low bits */
+#define DEVICE_STEPS 20000000u
+
+static const unsigned num_qps_list[] = {1, 16, 128, 1023};
+static const unsigned ops_list[]     = {1, 16, 256, 4096};
+static const unsigned frags_list[]   = {1, 16};
+
+/* ------------------------------------------------------------ options */
+
+static struct {
+    const char *out;    /* JSON lines, appended */
+    const char *cg_out; /* callgrind output file (--insn) */
+    int insn;           /* count instructions under callgrind */
+    int quick;
+    unsigned op_bytes;
+    unsigned rounds;
+    unsigned round_ops; /* operations per timed round at least */
+    unsigned only[3];   /* --only N,K,F: one configuration (0: all) */
+} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 5, 8192, {0, 0, 0}};
+
+static FILE *out_file;
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fprintf(stderr, "bench_vqp: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void json(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (out_file == NULL) {
+        return;
+    }
+    va_start(ap, fmt);
+    vfprintf(out_file, fmt, ap);
+    va_end(ap);
+    fputc('\n', out_file);
+    fflush(out_file);
+}
+
+/* ------------------------------------------------------------ allocations */
+
+static int alloc_counting;
+static uint64_t alloc_calls;
+static int64_t alloc_live; /* usable bytes allocated minus freed */
+
+#if BENCH_COUNT_ALLOCS
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *ptr, size_t size);
+extern void *__libc_memalign(size_t align, size_t size);
+extern void __libc_free(void *ptr);
+
+static inline void *alloc_note(void *p)
+{
+    if (alloc_counting && (p != NULL)) {
+        ++alloc_calls;
+        alloc_live += malloc_usable_size(p);
+    }
+    return p;
+}
+
+static inline void free_note(void *p)
+{
+    if (alloc_counting && (p != NULL)) {
+        alloc_live -= malloc_usable_size(p);
+    }
+}
+
+void *malloc(size_t size)
+{
+    return alloc_note(__libc_malloc(size));
+}
+
+void *calloc(size_t n, size_t size)
+{
+    return alloc_note(__libc_calloc(n, size));
+}
+
+void *realloc(void *ptr, size_t size)
+{
+    free_note(ptr);
+    return alloc_note(__libc_realloc(ptr, size));
+}
+
+void free(void *ptr)
+{
+    free_note(ptr);
+    __libc_free(ptr);
+}
+
+void *memalign(size_t align, size_t size)
+{
+    return alloc_note(__libc_memalign(align, size));
+}
+
+void *aligned_alloc(size_t align, size_t size)
+{
+    return alloc_note(__libc_memalign(align, size));
+}
+
+int posix_memalign(void **ptr, size_t align, size_t size)
+{
+    void *p;
+
+    if ((align < sizeof(void *)) || (align & (align - 1))) {
+        return EINVAL;
+    }
+    p = alloc_note(__libc_memalign(align, size));
+    if (p == NULL) {
+        return ENOMEM;
+    }
+    *ptr = p;
+    return 0;
+}
+#endif
+
+static void alloc_start(void)
+{
+    alloc_counting = 1;
+}
+
+static void alloc_stop(void)
+{
+    alloc_counting = 0;
+}
+
+/* ------------------------------------------------------------ device stop */
+
+unsigned __real_vqp_dev_progress(vqp_dev_t *dev);
+unsigned __wrap_vqp_dev_progress(vqp_dev_t *dev);
+
+static int device_stopped;
+
+/* Every vqp_dev_progress() call of this program and of the core lands here
+ * (ld --wrap): while a completion phase is timed the device does nothing. */
+unsigned __wrap_vqp_dev_progress(vqp_dev_t *dev)
+{
+    if (device_stopped) {
+        return 0;
+    }
+    return __real_vqp_dev_progress(dev);
+}
+
+/* ------------------------------------------------------------ measuring */
+
+static double timer_ovh; /* ns of one now_ns() pair, subtracted per phase */
+
+static double now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static void timer_calibrate(void)
+{
+    const unsigned n = 100000;
+    double t0, t1, sum = 0;
+    unsigned i;
+
+    for (i = 0; i < n; ++i) {
+        t0 = now_ns();
+        t1 = now_ns();
+        sum += t1 - t0;
+    }
+    timer_ovh = sum / n;
+}
+
+/* Phase accounting: time (timing run) or instructions (under callgrind). */
+typedef struct phase {
+    double ns;
+    double t0;
+    uint64_t allocs;
+    int collect; /* --insn: this phase's instructions are counted */
+} phase_t;
+
+static unsigned cg_dumps;
+
+static void phase_begin(phase_t *ph)
+{
+    alloc_start();
+#if BENCH_HAVE_CALLGRIND
+    if (opt.insn) {
+        if (ph->collect) {
+            CALLGRIND_TOGGLE_COLLECT;
+        }
+        return;
+    }
+#endif
+    ph->t0 = now_ns();
+}
+
+static void phase_end(phase_t *ph, uint64_t allocs0)
+{
+    double t1 = 0;
+
+#if BENCH_HAVE_CALLGRIND
+    if (opt.insn) {
+        if (ph->collect) {
+            CALLGRIND_TOGGLE_COLLECT;
+        }
+    } else
+#endif
+    {
+        t1 = now_ns();
+        ph->ns += t1 - ph->t0 - timer_ovh;
+    }
+    alloc_stop();
+    ph->allocs += alloc_calls - allocs0;
+}
+
+/* Instructions collected since the last cg_zero(), read back from the dump
+ * callgrind writes on request ("summary:" line of <cg_out>.<n>). */
+static void cg_zero(void)
+{
+#if BENCH_HAVE_CALLGRIND
+    CALLGRIND_ZERO_STATS;
+#endif
+}
+
+static uint64_t cg_read(void)
+{
+    char path[4096], line[256];
+    uint64_t ir = 0;
+    int found   = 0;
+    FILE *f;
+
+#if BENCH_HAVE_CALLGRIND
+    CALLGRIND_DUMP_STATS_AT("bench_vqp");
+#endif
+    snprintf(path, sizeof(path), "%s.%u", opt.cg_out, ++cg_dumps);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        die("cannot open callgrind dump %s: %m", path);
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "summary: %lu", &ir) == 1) {
+            found = 1;
+        }
+    }
+    fclose(f);
+    if (getenv("BENCH_CG_KEEP") == NULL) { /* for callgrind_annotate */
+        unlink(path);
+    }
+    if (!found) {
+        die("no summary in %s", path);
+    }
+    return ir;
+}
+
+/* ------------------------------------------------------------ sides */
+
+typedef struct side {
+    vqp_dev_t *dev;
+    char *buf;
+    vqp_dev_mr_t *mr;
+    uint32_t lkey;
+    uint32_t rkey;
+    vqp_cq_t *cq;
+    vqp_t *vqp;
+} side_t;
+
+static void side_open(side_t *s, size_t buf_size)
+{
+    memset(s, 0, sizeof(*s));
+    if (vqp_dev_open(VQP_DEV_SW_NAME, NULL, &s->dev) != UCS_OK) {
+        die("cannot open the software device");
+    }
+    s->buf = aligned_alloc(4096, buf_size);
+    if (s->buf == NULL) {
+        die("out of memory");
+    }
+    memset(s->buf, 0x5a, buf_size);
+    if (vqp_dev_mr_reg(s->dev, s->buf, buf_size,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ,
+                       &s->mr, &s->lkey, &s->rkey) != UCS_OK) {
+        die("memory registration failed");
+    }
+}
+
+static void side_close(side_t *s)
+{
+    vqp_dev_mr_dereg(s->mr);
+    if (vqp_dev_close(s->dev) != UCS_OK) {
+        die("device still busy at close");
+    }
+    free(s->buf);
+}
+
+static void cq_open(side_t *s, uint32_t cqe)
+{
+    vqp_cq_params_t cqp;
+
+    vqp_cq_params_default(&cqp);
+    cqp.devs[0]  = s->dev;
+    cqp.num_devs = 1;
+    cqp.cqe      = cqe;
+    if (vqp_cq_create(&cqp, &s->cq) != UCS_OK) {
+        die("vqp_cq_create(%u CQEs) failed", cqe);
+    }
+}
+
+static void cq_close(side_t *s)
+{
+    if (vqp_cq_destroy(s->cq) != UCS_OK) {
+        die("vqp_cq_destroy failed");
+    }
+    s->cq = NULL;
+}
+
+/* Run both devices until the CQE @a count - 1 after the consumer index is
+ * written: everything posted has executed. */
+static void device_run(vqp_dev_t *a, vqp_dev_t *b, const vqp_mlx5_cq_t *cq,
+                       uint32_t count)
+{
+    uint32_t index = cq->ci + count - 1;
+    struct mlx5_cqe64 *cqe;
+    unsigned steps;
+
+    if (count == 0) {
+        return;
+    }
+    for (steps = 0; steps < DEVICE_STEPS; ++steps) {
+        cqe = vqp_mlx5_cq_get(cq, index);
+        if (vqp_mlx5_cqe_is_sw_owned(*(volatile uint8_t *)&cqe->op_own, index,
+                                     cq->log_cnt)) {
+            return;
+        }
+        vqp_dev_progress(a);
+        vqp_dev_progress(b);
+    }
+    die("the device did not complete %u WQEs", count);
+}
+
+/* ------------------------------------------------------------ core */
+
+typedef struct result {
+    double post_ns;
+    double comp_ns;
+    double post_insn;
+    double comp_insn;
+    double allocs; /* per operation, both phases */
+    unsigned wqes; /* WQEs per operation */
+} result_t;
+
+static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
+                             uint64_t frag_size)
+{
+    char addr_a[64 * 1024], addr_b[64 * 1024];
+    vqp_params_t params;
+    size_t len_a, len_b;
+    ucs_status_t status;
+
+    vqp_params_default(&params);
+    params.num_qps          = num_qps;
+    params.lb               = VQP_LB_DQPLB;
+    params.frag_size        = frag_size;
+    params.stripe_threshold = frag_size;
+    params.max_outstanding =
+        ucs_min(MAX_OPS, (MAX_FRAGS + num_qps - 1) / num_qps);
+    params.max_ops = MAX_OPS;
+    cq_open(a, MAX_FRAGS);
+    cq_open(b, MAX_FRAGS);
+    params.cq = a->cq;
+    status    = vqp_create(&params, &a->vqp);
+    if (status != UCS_OK) {
+        die("vqp_create(N=%u): %s", num_qps, ucs_status_string(status));
+    }
+    params.cq = b->cq;
+    status    = vqp_create(&params, &b->vqp);
+    if (status != UCS_OK) {
+        die("vqp_create(N=%u): %s", num_qps, ucs_status_string(status));
+    }
+    if ((vqp_address_pack(a->vqp, addr_a, sizeof(addr_a), &len_a) != UCS_OK) ||
+        (vqp_address_pack(b->vqp, addr_b, sizeof(addr_b), &len_b) != UCS_OK) ||
+        (vqp_connect(a->vqp, addr_b, len_b) != UCS_OK) ||
+        (vqp_connect(b->vqp, addr_a, len_a) != UCS_OK)) {
+        die("connecting virtual QPs of %u QPs failed", num_qps);
+    }
+}
+
+static void core_pair_destroy(side_t *a, side_t *b)
+{
+    vqp_destroy(a->vqp);
+    vqp_destroy(b->vqp);
+    a->vqp = b->vqp = NULL;
+    cq_close(a);
+    cq_close(b);
+}
+
+typedef struct core_run {
+    side_t *a;
+    side_t *b;
+    vqp_send_wr_t wr;
+    uint64_t next_id;   /* wr_id of the next post */
+    uint64_t expect_id; /* wr_id of the next completion */
+    unsigned wqes;      /* WQEs posted by the last cycle */
+} core_run_t;
+
+static void core_cycle(core_run_t *r, unsigned ops, phase_t *post,
+                       phase_t *comp)
+{
+    vqp_mlx5_cq_t *pcq = &r->a->cq->devs[0].cq;
+    vqp_wc_t wcs[POLL_BATCH];
+    unsigned i, n, got, idle, bad = 0;
+    vqp_stats_t s0, s1;
+    uint64_t allocs0;
+    ucs_status_t status;
+
+    vqp_query_stats(r->a->vqp, &s0);
+    allocs0 = alloc_calls;
+    phase_begin(post);
+    for (i = 0; i < ops; ++i) {
+        r->wr.wr_id = r->next_id++;
+        status      = vqp_post_send(r->a->vqp, &r->wr);
+        if (ucs_unlikely(status != UCS_OK)) {
+            break;
+        }
+    }
+    phase_end(post, allocs0);
+    if (i != ops) {
+        die("vqp_post_send %u of %u: %s", i, ops, ucs_status_string(status));
+    }
+    vqp_query_stats(r->a->vqp, &s1);
+    r->wqes = s1.frags_posted - s0.frags_posted;
+
+    device_run(r->a->dev, r->b->dev, pcq, r->wqes);
+
+    device_stopped = 1;
+    allocs0        = alloc_calls;
+    phase_begin(comp);
+    for (got = 0, idle = 0; (got < ops) && (idle < 1000);) {
+        n = vqp_cq_poll(r->a->cq, wcs, POLL_BATCH);
+        for (i = 0; i < n; ++i) {
+            bad |= (wcs[i].wr_id != r->expect_id++) | (wcs[i].status != UCS_OK);
+        }
+        got += n;
+        idle = (n == 0) ? idle + 1 : 0;
+    }
+    phase_end(comp, allocs0);
+    device_stopped = 0;
+    if ((got != ops) || bad) {
+        die("core: %u of %u completions, %s", got, ops,
+            bad ? "out of order or failed" : "in order");
+    }
+}
+
+/* ------------------------------------------------------------ bare */
+
+typedef struct bare_qp {
+    vqp_dev_qp_t *qp;
+    vqp_mlx5_txwq_t tx;
+    uint32_t qpn;
+} bare_qp_t;
+
+typedef struct bare {
+    vqp_dev_cq_t *dev_cq[2];
+    vqp_mlx5_cq_t cq; /* sender's */
+    bare_qp_t *qps[2];
+    bare_qp_t *by_qpn[QP_TABLE];
+    unsigned num_qps;
+    unsigned rr;
+} bare_t;
+
+/* N QPs on each side, sized as the core's data QPs, connected pairwise. */
+static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
+{
+    uint32_t cap =
+        ucs_roundup_pow2(ucs_min(MAX_OPS, (MAX_FRAGS + num_qps - 1) / num_qps));
+    vqp_dev_qp_init_t init = {0};
+    vqp_dev_qp_addr_t remote;
+    vqp_dev_qp_caps_t caps;
+    struct mlx5dv_cq dvcq;
+    struct mlx5dv_qp dv;
+    bare_qp_t *q;
+    unsigned i, j;
+
+    memset(bare, 0, sizeof(*bare));
+    bare->num_qps = num_qps;
+    if (num_qps == 1) {
+        cap = MAX_OPS; /* the core's single QP also takes max_ops */
+    }
+    for (j = 0; j < 2; ++j) {
+        if (vqp_dev_cq_create(s[j]->dev, MAX_FRAGS, &bare->dev_cq[j], &dvcq) !=
+            UCS_OK) {
+            die("bare CQ");
+        }
+        if ((j == 0) && (vqp_mlx5_cq_init(&bare->cq, &dvcq) != UCS_OK)) {
+            die("bare CQ init");
+        }
+        bare->qps[j] = calloc(num_qps, sizeof(bare_qp_t));
+        if (bare->qps[j] == NULL) {
+            die("out of memory");
+        }
+        for (i = 0; i < num_qps; ++i) {
+            q                 = &bare->qps[j][i];
+            init.send_cq      = bare->dev_cq[j];
+            init.recv_cq      = bare->dev_cq[j];
+            init.max_send_wr  = ucs_max(2 * cap, 64u);
+            init.max_send_sge = 1;
+            init.max_recv_wr  = 1;
+            init.max_recv_sge = 1;
+            init.max_inline   = 64;
+            if (vqp_dev_qp_create(s[j]->dev, &init, &q->qp, &dv, &caps) !=
+                UCS_OK) {
+                die("bare QP %u of %u", i, num_qps);
+            }
+            q->qpn = caps.qpn;
+            if (vqp_mlx5_txwq_init(
+                    &q->tx, &dv, caps.qpn,
+                    ucs_min(caps.max_inline, (uint32_t)VQP_MLX5_MAX_INLINE),
+                    ucs_max(cap / 2, 1u), VQP_MLX5_DB_BF) != UCS_OK) {
+                die("bare SQ init");
+            }
+            if (j == 0) {
+                if (bare->by_qpn[q->qpn % QP_TABLE] != NULL) {
+                    die("bare QPN table collision");
+                }
+                bare->by_qpn[q->qpn % QP_TABLE] = q;
+            }
+        }
+    }
+    for (i = 0; i < num_qps; ++i) {
+        for (j = 0; j < 2; ++j) {
+            vqp_dev_address(s[1 - j]->dev, &remote.dev);
+            remote.qpn = bare->qps[1 - j][i].qpn;
+            if (vqp_dev_qp_connect(bare->qps[j][i].qp, &remote, NULL) !=
+                UCS_OK) {
+                die("bare connect");
+            }
+        }
+    }
+}
+
+static void bare_destroy(bare_t *bare)
+{
+    unsigned i, j;
+
+    for (j = 0; j < 2; ++j) {
+        for (i = 0; i < bare->num_qps; ++i) {
+            vqp_dev_qp_destroy(bare->qps[j][i].qp);
+        }
+        free(bare->qps[j]);
+        vqp_dev_cq_destroy(bare->dev_cq[j]);
+    }
+}
+
+/* Post @a ops operations of @a wqes WQEs each as the core would place them
+ * (fragment j at offset j * len), round robin over the QPs; then poll. */
+static void bare_cycle(bare_t *bare, side_t *a, side_t *b, unsigned ops,
+                       unsigned wqes, uint32_t len, phase_t *post,
+                       phase_t *comp)
+{
+    uint32_t total = ops * wqes;
+    vqp_mlx5_sge_t sge;
+    struct mlx5_cqe64 *cqe;
+    unsigned i, j, n, done, idle;
+    uint64_t allocs0;
+    bare_qp_t *q;
+    int ret = 0, bad = 0;
+
+    sge.lkey = a->lkey;
+    allocs0  = alloc_calls;
+    phase_begin(post);
+    for (i = 0; i < ops; ++i) {
+        for (j = 0; j < wqes; ++j) {
+            q          = &bare->qps[0][bare->rr];
+            bare->rr   = (bare->rr + 1 == bare->num_qps) ? 0 : bare->rr + 1;
+            sge.addr   = (uintptr_t)a->buf + (uint64_t)j * len;
+            sge.length = len;
+            ret        = vqp_mlx5_post_write(&q->tx, &sge, 1,
+                                             (uintptr_t)b->buf + (uint64_t)j * len,
+                                             b->rkey, VQP_MLX5_SIGNALED);
+            if (ucs_unlikely(ret < 0)) {
+                break;
+            }
+        }
+    }
+    phase_end(post, allocs0);
+    if (ret < 0) {
+        die("bare post: %s", ucs_status_string((ucs_status_t)ret));
+    }
+
+    device_run(a->dev, b->dev, &bare->cq, total);
+
+    device_stopped = 1;
+    allocs0        = alloc_calls;
+    phase_begin(comp);
+    for (done = 0, idle = 0; (done < total) && (idle < 1000);) {
+        for (n = 0; n < POLL_BATCH; ++n) {
+            cqe = vqp_mlx5_cq_poll(&bare->cq);
+            if (cqe == NULL) {
+                break;
+            }
+            bad |= (vqp_mlx5_cqe_status(cqe) != UCS_OK);
+            q = bare->by_qpn[vqp_mlx5_cqe_qpn(cqe) % QP_TABLE];
+            vqp_mlx5_txwq_complete(&q->tx, vqp_mlx5_cqe_wqe_counter(cqe));
+        }
+        if (n != 0) {
+            vqp_mlx5_cq_update_ci(&bare->cq);
+        }
+        done += n;
+        idle = (n == 0) ? idle + 1 : 0;
+    }
+    phase_end(comp, allocs0);
+    device_stopped = 0;
+    if ((done != total) || bad) {
+        die("bare: %u of %u CQEs%s", done, total, bad ? ", with errors" : "");
+    }
+}
+
+/* ------------------------------------------------------------ driver */
+
+typedef struct config {
+    unsigned num_qps;
+    unsigned ops;
+    unsigned frags; /* fragments per operation asked for */
+} config_t;
+
+static unsigned cycles_for(unsigned ops)
+{
+    unsigned c;
+
+    if (opt.insn) { /* counts repeat exactly: few cycles suffice */
+        return (ops >= 64) ? 1 : 64 / ops;
+    }
+    c = opt.round_ops / ops;
+    return ucs_max(c, 2u);
+}
+
+/* Best of opt.rounds rounds (time), or one round of each phase (insn). */
+typedef void (*cycle_fn_t)(void *arg, unsigned ops, phase_t *post,
+                           phase_t *comp);
+
+static void measure(cycle_fn_t fn, void *arg, unsigned ops, result_t *res)
+{
+    unsigned cycles = cycles_for(ops), c, r;
+    phase_t post, comp, dummy;
+    double best_post = 1e30, best_comp = 1e30;
+    uint64_t allocs = 0;
+
+    memset(&dummy, 0, sizeof(dummy));
+    fn(arg, ops, &dummy, &dummy); /* warm-up */
+
+    if (opt.insn) {
+        /* Posts collected in one pass, completions in another; the rest of
+         * the program runs uninstrumented (--instr-atstart=no). */
+#if BENCH_HAVE_CALLGRIND
+        CALLGRIND_START_INSTRUMENTATION;
+#endif
+        memset(&post, 0, sizeof(post));
+        memset(&comp, 0, sizeof(comp));
+        post.collect = 1;
+        comp.collect = 1;
+        cg_zero();
+        for (c = 0; c < cycles; ++c) {
+            fn(arg, ops, &post, &dummy);
+        }
+        res->post_insn = (double)cg_read() / (cycles * ops);
+        cg_zero();
+        for (c = 0; c < cycles; ++c) {
+            fn(arg, ops, &dummy, &comp);
+        }
+        res->comp_insn = (double)cg_read() / (cycles * ops);
+#if BENCH_HAVE_CALLGRIND
+        CALLGRIND_STOP_INSTRUMENTATION;
+#endif
+        res->allocs =
+            (double)(post.allocs + comp.allocs) / (2.0 * cycles * ops);
+        return;
+    }
+
+    for (r = 0; r < opt.rounds; ++r) {
+        memset(&post, 0, sizeof(post));
+        memset(&comp, 0, sizeof(comp));
+        for (c = 0; c < cycles; ++c) {
+            fn(arg, ops, &post, &comp);
+        }
+        best_post = ucs_min(best_post, post.ns / (cycles * ops));
+        best_comp = ucs_min(best_comp, comp.ns / (cycles * ops));
+        allocs += post.allocs + comp.allocs;
+    }
+    res->post_ns = best_post;
+    res->comp_ns = best_comp;
+    res->allocs  = (double)allocs / ((double)opt.rounds * cycles * ops);
+}
+
+static void core_cycle_fn(void *arg, unsigned ops, phase_t *post, phase_t *comp)
+{
+    core_cycle(arg, ops, post, comp);
+}
+
+typedef struct bare_run {
+    bare_t *bare;
+    side_t *a;
+    side_t *b;
+    unsigned wqes;
+    uint32_t len;
+} bare_run_t;
+
+static void bare_cycle_fn(void *arg, unsigned ops, phase_t *post, phase_t *comp)
+{
+    bare_run_t *r = arg;
+
+    bare_cycle(r->bare, r->a, r->b, ops, r->wqes, r->len, post, comp);
+}
+
+static int feasible(unsigned num_qps, unsigned ops, unsigned frags)
+{
+    uint32_t cap =
+        ucs_roundup_pow2(ucs_min(MAX_OPS, (MAX_FRAGS + num_qps - 1) / num_qps));
+    uint64_t wqes = (num_qps == 1) ? ops : (uint64_t)ops * frags;
+
+    return (ops <= MAX_OPS) && (wqes <= MAX_FRAGS) &&
+           ((num_qps == 1) || ((wqes + num_qps - 1) / num_qps <= cap));
+}
+
+static void print_header(void)
+{
+    if (opt.insn) {
+        printf("\n%5s %5s %5s %6s | %9s %9s %9s | %9s %9s %9s | %6s\n", "N",
+               "K", "frags", "WQE/op", "core post", "core comp", "core sum",
+               "bare post", "bare poll", "bare sum", "ratio");
+        printf("%31s (instructions per operation)\n", "");
+    } else {
+        printf("\n%5s %5s %5s %6s | %9s %9s %9s | %9s %9s %9s | %6s %9s\n", "N",
+               "K", "frags", "WQE/op", "core post", "core comp", "core sum",
+               "bare post", "bare poll", "bare sum", "ratio", "allocs/op");
+        printf("%31s (ns per operation)\n", "");
+    }
+}
+
+static void report(const config_t *cfg, const result_t *core,
+                   const result_t *bare)
+{
+    double cs, bs;
+
+    if (opt.insn) {
+        cs = core->post_insn + core->comp_insn;
+        bs = bare->post_insn + bare->comp_insn;
+        printf("%5u %5u %5u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f |"
+               " %6.2f\n",
+               cfg->num_qps, cfg->ops, cfg->frags, core->wqes, core->post_insn,
+               core->comp_insn, cs, bare->post_insn, bare->comp_insn, bs,
+               cs / bs);
+        json("{\"bench\":\"core\",\"metric\":\"insn_per_op\",\"n\":%u,"
+             "\"ops\":%u,\"frags_per_op\":%u,\"wqes_per_op\":%u,"
+             "\"op_bytes\":%u,\"core_post\":%.1f,\"core_comp\":%.1f,"
+             "\"bare_post\":%.1f,\"bare_poll\":%.1f,\"ratio\":%.3f}",
+             cfg->num_qps, cfg->ops, cfg->frags, core->wqes, opt.op_bytes,
+             core->post_insn, core->comp_insn, bare->post_insn, bare->comp_insn,
+             cs / bs);
+        return;
+    }
+    cs = core->post_ns + core->comp_ns;
+    bs = bare->post_ns + bare->comp_ns;
+    printf("%5u %5u %5u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %6.2f"
+           " %9.3g\n",
+           cfg->num_qps, cfg->ops, cfg->frags, core->wqes, core->post_ns,
+           core->comp_ns, cs, bare->post_ns, bare->comp_ns, bs, cs / bs,
+           core->allocs);
+    json("{\"bench\":\"core\",\"metric\":\"ns_per_op\",\"n\":%u,\"ops\":%u,"
+         "\"frags_per_op\":%u,\"wqes_per_op\":%u,\"op_bytes\":%u,"
+         "\"core_post\":%.2f,\"core_comp\":%.2f,\"bare_post\":%.2f,"
+         "\"bare_poll\":%.2f,\"ratio\":%.3f,\"core_allocs_per_op\":%g,"
+         "\"bare_allocs_per_op\":%g,\"allocs_counted\":%s}",
+         cfg->num_qps, cfg->ops, cfg->frags, core->wqes, opt.op_bytes,
+         core->post_ns, core->comp_ns, bare->post_ns, bare->comp_ns, cs / bs,
+         core->allocs, bare->allocs, BENCH_COUNT_ALLOCS ? "true" : "false");
+}
+
+static void run_num_qps(unsigned num_qps)
+{
+    result_t core[ucs_static_array_size(frags_list)]
+                 [ucs_static_array_size(ops_list)];
+    result_t bare;
+    side_t a, b, *sides[2] = {&a, &b};
+    core_run_t run;
+    bare_run_t brun;
+    bare_t bq;
+    config_t cfg;
+    unsigned fi, ki;
+
+    memset(core, 0, sizeof(core));
+    side_open(&a, opt.op_bytes);
+    side_open(&b, opt.op_bytes);
+
+    for (fi = 0; fi < ucs_static_array_size(frags_list); ++fi) {
+        core_pair_create(&a, &b, num_qps, opt.op_bytes / frags_list[fi]);
+        memset(&run, 0, sizeof(run));
+        run.a              = &a;
+        run.b              = &b;
+        run.wr.opcode      = VQP_OP_WRITE;
+        run.wr.flags       = VQP_SEND_SIGNALED;
+        run.wr.local_addr  = (uintptr_t)a.buf;
+        run.wr.length      = opt.op_bytes;
+        run.wr.remote_addr = (uintptr_t)b.buf;
+        run.wr.lkey[0]     = a.lkey;
+        run.wr.rkey[0]     = b.rkey;
+        for (ki = 0; ki < ucs_static_array_size(ops_list); ++ki) {
+            if (!feasible(num_qps, ops_list[ki], frags_list[fi]) ||
+                (opt.quick && (ki % 2 == 1)) ||
+                (opt.only[1] && (opt.only[1] != ops_list[ki])) ||
+                (opt.only[2] && (opt.only[2] != frags_list[fi]))) {
+                continue;
+            }
+            measure(core_cycle_fn, &run, ops_list[ki], &core[fi][ki]);
+            core[fi][ki].wqes = run.wqes / ops_list[ki];
+        }
+        core_pair_destroy(&a, &b);
+    }
+
+    bare_create(&bq, sides, num_qps);
+    for (fi = 0; fi < ucs_static_array_size(frags_list); ++fi) {
+        for (ki = 0; ki < ucs_static_array_size(ops_list); ++ki) {
+            if (core[fi][ki].wqes == 0) {
+                continue;
+            }
+            memset(&bare, 0, sizeof(bare));
+            brun.bare = &bq;
+            brun.a    = &a;
+            brun.b    = &b;
+            brun.wqes = core[fi][ki].wqes;
+            brun.len  = opt.op_bytes / brun.wqes;
+            measure(bare_cycle_fn, &brun, ops_list[ki], &bare);
+            bare.wqes   = brun.wqes;
+            cfg.num_qps = num_qps;
+            cfg.ops     = ops_list[ki];
+            cfg.frags   = frags_list[fi];
+            report(&cfg, &core[fi][ki], &bare);
+        }
+    }
+    bare_destroy(&bq);
+    side_close(&a);
+    side_close(&b);
+}
+
+/* ------------------------------------------------------------ memory */
+
+/* Heap bytes the core itself allocates for @a vqp (computed from the ring
+ * sizes it chose, as vqp_create allocates them), without the CQ. */
+static size_t core_heap_bytes(const vqp_t *vqp, const vqp_params_t *p,
+                              size_t *per_pqp_p)
+{
+    size_t total = sizeof(*vqp), pq = 0;
+    unsigned i;
+    uint32_t rq;
+
+    total += vqp->num_pqps * sizeof(vqp_pqp_t);
+    total += (vqp->op_mask + 1) * sizeof(vqp_op_t);
+    total += (vqp->replay_mask + 1) * sizeof(vqp_frag_t);
+    total += (vqp->win_mask + 1) / 2;           /* send_acked */
+    total += (vqp->win_mask + 1) * (1 + 4);     /* win_state, win_imm */
+    total += (vqp->arrived_mask + 1) * (4 + 1); /* arrived_* */
+    total += (vqp->nrecv_mask + 1) * sizeof(uint64_t);
+    total += (vqp->op_mask + 1) * sizeof(uint64_t); /* atomic results */
+    total += vqp->slots_len;
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        const vqp_pqp_t *pqp = &vqp->qps[i];
+
+        rq = 1;
+        if ((pqp == vqp->send_qp) || (pqp->role == VQP_ROLE_NOTIFY)) {
+            rq = p->max_recvs;
+        } else if ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1)) {
+            rq = 2 * p->max_outstanding;
+        }
+        pq += (pqp->frag_mask + 1) * sizeof(vqp_frag_t) +
+              ucs_roundup_pow2(rq) * sizeof(uint64_t);
+    }
+    *per_pqp_p = pq;
+    return total + pq;
+}
+
+/* Queue memory the device reads and writes for @a vqp's QPs (SQ and RQ). */
+static size_t device_queue_bytes(const vqp_t *vqp)
+{
+    size_t total = 0;
+    unsigned i;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        total += (vqp->qps[i].tx.mask + 1) * MLX5_SEND_WQE_BB +
+                 (vqp->qps[i].rx.mask + 1) * vqp->qps[i].rx.stride;
+    }
+    return total;
+}
+
+static void run_memory(void)
+{
+    unsigned i, n, prev_n = 0;
+    size_t core_b, per_pqp, dev_b, wc_b, prev_core = 0;
+    char heap_s[32], slope_s[32];
+    int64_t heap;
+    vqp_params_t p;
+    side_t a;
+    vqp_t *vqp;
+
+    printf("\nMemory per endpoint (one virtual QP, default parameters: "
+           "DQPLB, max_outstanding 128, max_ops 1024, max_recvs 256)\n");
+    printf("%5s %6s | %12s %12s %12s %12s | %12s %14s\n", "N", "QPs",
+           "core heap", "per QP", "wc ring", "device queues", "heap (meas.)",
+           "core/QP slope");
+    side_open(&a, 4096);
+    cq_open(&a, 4096);
+    for (i = 0; i < ucs_static_array_size(num_qps_list); ++i) {
+        n = num_qps_list[i];
+        vqp_params_default(&p);
+        p.num_qps  = n;
+        p.cq       = a.cq;
+        alloc_live = 0;
+        alloc_start();
+        if (vqp_create(&p, &vqp) != UCS_OK) {
+            die("vqp_create(N=%u) with default parameters failed", n);
+        }
+        alloc_stop();
+        heap   = alloc_live;
+        core_b = core_heap_bytes(vqp, &p, &per_pqp);
+        dev_b  = device_queue_bytes(vqp);
+        wc_b   = vqp->wc_reserve * sizeof(vqp_wc_t);
+        snprintf(heap_s, sizeof(heap_s), "%ld", (long)heap);
+        slope_s[0] = '\0';
+        if (prev_n != 0) {
+            snprintf(slope_s, sizeof(slope_s), "%.0f",
+                     (double)(core_b - prev_core) / (n - prev_n));
+        }
+        printf("%5u %6u | %12zu %12zu %12zu %12zu | %12s %14s\n", n,
+               vqp->num_pqps, core_b, per_pqp / vqp->num_pqps, wc_b, dev_b,
+               BENCH_COUNT_ALLOCS ? heap_s : "n/a", slope_s);
+        json("{\"bench\":\"core\",\"metric\":\"memory\",\"n\":%u,"
+             "\"pqps\":%u,\"core_heap_bytes\":%zu,\"core_bytes_per_pqp\":%zu,"
+             "\"cq_wc_bytes\":%zu,\"device_queue_bytes\":%zu,"
+             "\"measured_heap_bytes\":%ld,\"measured\":%s}",
+             n, vqp->num_pqps, core_b, per_pqp / vqp->num_pqps, wc_b, dev_b,
+             (long)heap, BENCH_COUNT_ALLOCS ? "true" : "false");
+        prev_n    = n;
+        prev_core = core_b;
+        vqp_destroy(vqp);
+    }
+    cq_close(&a);
+    side_close(&a);
+}
+
+/* ------------------------------------------------------------ main */
+
+static void usage(void)
+{
+    printf("usage: bench_vqp [--out FILE] [--quick] [--op-bytes B]"
+           " [--only N,K,F] [--insn --cg-out FILE]\n"
+           "  --out FILE    append one JSON line per configuration\n"
+           "  --quick       fewer configurations and rounds\n"
+           "  --op-bytes B  bytes per operation (default %u)\n"
+           "  --only N,K,F  one configuration: QPs, operations, fragments\n"
+           "  --insn        count instructions (run under valgrind"
+           " --tool=callgrind\n"
+           "                --collect-atstart=no --callgrind-out-file=FILE)\n",
+           OP_BYTES_DEFAULT);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"out", required_argument, NULL, 'o'},
+        {"quick", no_argument, NULL, 'q'},
+        {"op-bytes", required_argument, NULL, 'b'},
+        {"insn", no_argument, NULL, 'i'},
+        {"cg-out", required_argument, NULL, 'c'},
+        {"only", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    vqp_dev_attr_t attr;
+    vqp_dev_t *dev;
+    unsigned i;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "o:qb:ic:n:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            opt.out = optarg;
+            break;
+        case 'q':
+            opt.quick     = 1;
+            opt.rounds    = 3;
+            opt.round_ops = 2048;
+            break;
+        case 'b':
+            opt.op_bytes = (unsigned)strtoul(optarg, NULL, 0);
+            break;
+        case 'i':
+            opt.insn = 1;
+            break;
+        case 'c':
+            opt.cg_out = optarg;
+            break;
+        case 'n':
+            if (sscanf(optarg, "%u,%u,%u", &opt.only[0], &opt.only[1],
+                       &opt.only[2]) != 3) {
+                die("--only N,K,F (for example 16,256,1)");
+            }
+            break;
+        default:
+            usage();
+            return c == 'h' ? 0 : 1;
+        }
+    }
+    if ((opt.op_bytes < 16) || (opt.op_bytes % 16 != 0)) {
+        die("--op-bytes must be a multiple of 16");
+    }
+    if (opt.insn) {
+#if BENCH_HAVE_CALLGRIND
+        if (!RUNNING_ON_VALGRIND || (opt.cg_out == NULL)) {
+            die("--insn needs valgrind --tool=callgrind and --cg-out");
+        }
+#else
+        die("built without valgrind/callgrind.h: --insn is not available");
+#endif
+    }
+    if (opt.out != NULL) {
+        out_file = fopen(opt.out, "a");
+        if (out_file == NULL) {
+            die("cannot open %s: %m", opt.out);
+        }
+    }
+
+    if (vqp_dev_open(VQP_DEV_SW_NAME, NULL, &dev) != UCS_OK) {
+        die("cannot open the software device");
+    }
+    vqp_dev_query(dev, &attr);
+    vqp_dev_close(dev);
+    timer_calibrate();
+    printf("core microbenchmark: %s; software device: %u WQEs per SQ at most;"
+           " op = %u bytes; poll batch %u; allocations %s\n",
+           opt.insn ? "instructions (callgrind)"
+                    : "ns, best of rounds, timer overhead subtracted",
+           attr.max_qp_wr, opt.op_bytes, POLL_BATCH,
+           BENCH_COUNT_ALLOCS ? "counted" : "not counted (sanitizer)");
+    if (!opt.insn) {
+        printf("timer overhead %.1f ns per phase (subtracted)\n", timer_ovh);
+    }
+
+    print_header();
+    for (i = 0; i < ucs_static_array_size(num_qps_list); ++i) {
+        if ((opt.quick && (i == 1)) ||
+            (opt.only[0] && (opt.only[0] != num_qps_list[i]))) {
+            continue;
+        }
+        run_num_qps(num_qps_list[i]);
+    }
+    if (!opt.insn) {
+        run_memory();
+    }
+    if (out_file != NULL) {
+        fclose(out_file);
+    }
+    return 0;
+}
