@@ -65,6 +65,9 @@
 #define POLL_BATCH   64u    /* completions asked per vqp_cq_poll */
 #define QP_TABLE     1024u  /* bare QPs by QPN low bits */
 #define DEVICE_STEPS 20000000u
+/* Polls in a row that return nothing before a cycle is declared stuck: a
+ * call may consume max_poll CQEs of fragments and report no operation. */
+#define IDLE_POLLS (1u << 20)
 
 static const unsigned num_qps_list[] = {1, 16, 128, 1023};
 static const unsigned ops_list[]     = {1, 16, 256, 4096};
@@ -81,7 +84,7 @@ static struct {
     unsigned rounds;
     unsigned round_ops; /* operations per timed round at least */
     unsigned only[3];   /* --only N,K,F: one configuration (0: all) */
-} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 5, 8192, {0, 0, 0}};
+} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 7, 16384, {0, 0, 0}};
 
 static FILE *out_file;
 
@@ -505,7 +508,7 @@ static void core_cycle(core_run_t *r, unsigned ops, phase_t *post,
     device_stopped = 1;
     allocs0        = alloc_calls;
     phase_begin(comp);
-    for (got = 0, idle = 0; (got < ops) && (idle < 1000);) {
+    for (got = 0, idle = 0; (got < ops) && (idle < IDLE_POLLS);) {
         n = vqp_cq_poll(r->a->cq, wcs, POLL_BATCH);
         for (i = 0; i < n; ++i) {
             bad |= (wcs[i].wr_id != r->expect_id++) | (wcs[i].status != UCS_OK);
@@ -516,8 +519,12 @@ static void core_cycle(core_run_t *r, unsigned ops, phase_t *post,
     phase_end(comp, allocs0);
     device_stopped = 0;
     if ((got != ops) || bad) {
-        die("core: %u of %u completions, %s", got, ops,
-            bad ? "out of order or failed" : "in order");
+        vqp_query_stats(r->a->vqp, &s1);
+        die("core: %u of %u completions (%s); %lu ops posted, %lu completed,"
+            " %lu WQEs posted, %u QPs alive; CQ ci %u, op_own 0x%x",
+            got, ops, bad ? "out of order or failed" : "in order",
+            s1.ops_posted, s1.ops_completed, s1.frags_posted, s1.qps_alive,
+            pcq->ci, vqp_mlx5_cq_get(pcq, pcq->ci)->op_own);
     }
 }
 
@@ -662,7 +669,7 @@ static void bare_cycle(bare_t *bare, side_t *a, side_t *b, unsigned ops,
     device_stopped = 1;
     allocs0        = alloc_calls;
     phase_begin(comp);
-    for (done = 0, idle = 0; (done < total) && (idle < 1000);) {
+    for (done = 0, idle = 0; (done < total) && (idle < IDLE_POLLS);) {
         for (n = 0; n < POLL_BATCH; ++n) {
             cqe = vqp_mlx5_cq_poll(&bare->cq);
             if (cqe == NULL) {
@@ -845,6 +852,23 @@ static void report(const config_t *cfg, const result_t *core,
          core->allocs, bare->allocs, BENCH_COUNT_ALLOCS ? "true" : "false");
 }
 
+/* What one vqp_dev_progress() of an idle software device costs with the
+ * core's QPs on it: paid by every iface progress in the end-to-end path,
+ * never inside the core's timed regions here. */
+static double idle_progress_ns(vqp_dev_t *dev)
+{
+    const unsigned calls = 2000;
+    unsigned i;
+    double t0;
+
+    vqp_dev_progress(dev);
+    t0 = now_ns();
+    for (i = 0; i < calls; ++i) {
+        vqp_dev_progress(dev);
+    }
+    return (now_ns() - t0 - timer_ovh) / calls;
+}
+
 static void run_num_qps(unsigned num_qps)
 {
     result_t core[ucs_static_array_size(frags_list)]
@@ -855,6 +879,7 @@ static void run_num_qps(unsigned num_qps)
     bare_run_t brun;
     bare_t bq;
     config_t cfg;
+    double idle = 0;
     unsigned fi, ki;
 
     memset(core, 0, sizeof(core));
@@ -863,6 +888,12 @@ static void run_num_qps(unsigned num_qps)
 
     for (fi = 0; fi < ucs_static_array_size(frags_list); ++fi) {
         core_pair_create(&a, &b, num_qps, opt.op_bytes / frags_list[fi]);
+        if ((fi == 0) && !opt.insn) {
+            idle = idle_progress_ns(a.dev);
+            json("{\"bench\":\"core\",\"metric\":\"idle_device_progress_"
+                 "ns\",\"n\":%u,\"pqps\":%u,\"ns\":%.1f}",
+                 num_qps, a.vqp->num_pqps, idle);
+        }
         memset(&run, 0, sizeof(run));
         run.a              = &a;
         run.b              = &b;
@@ -907,30 +938,43 @@ static void run_num_qps(unsigned num_qps)
         }
     }
     bare_destroy(&bq);
+    if (!opt.insn) {
+        printf("%31s idle vqp_dev_progress of the software device with these"
+               " QPs: %.0f ns per call (never in the timed regions)\n",
+               "", idle);
+    }
     side_close(&a);
     side_close(&b);
 }
 
 /* ------------------------------------------------------------ memory */
 
-/* Heap bytes the core itself allocates for @a vqp (computed from the ring
- * sizes it chose, as vqp_create allocates them), without the CQ. */
-static size_t core_heap_bytes(const vqp_t *vqp, const vqp_params_t *p,
-                              size_t *per_pqp_p)
+/* Heap bytes the core itself allocates for one virtual QP, computed from
+ * the ring sizes vqp_create chose, by purpose. */
+typedef struct core_mem {
+    size_t fixed;   /* vqp_t, operation ring, atomic results, recv ids */
+    size_t pqps;    /* vqp_pqp_t array, fragment rings, rx_wr_id arrays */
+    size_t replay;  /* replay ring */
+    size_t window;  /* DQPLB send/receive windows, arrived notifications */
+    size_t slots;   /* 4-byte receive slots of the core's own receives */
+    size_t wc_ring; /* share reserved in the CQ's completion ring */
+} core_mem_t;
+
+static size_t core_mem_total(const core_mem_t *m)
 {
-    size_t total = sizeof(*vqp), pq = 0;
+    return m->fixed + m->pqps + m->replay + m->window + m->slots + m->wc_ring;
+}
+
+static void core_mem(const vqp_t *vqp, const vqp_params_t *p, core_mem_t *m)
+{
     unsigned i;
     uint32_t rq;
 
-    total += vqp->num_pqps * sizeof(vqp_pqp_t);
-    total += (vqp->op_mask + 1) * sizeof(vqp_op_t);
-    total += (vqp->replay_mask + 1) * sizeof(vqp_frag_t);
-    total += (vqp->win_mask + 1) / 2;           /* send_acked */
-    total += (vqp->win_mask + 1) * (1 + 4);     /* win_state, win_imm */
-    total += (vqp->arrived_mask + 1) * (4 + 1); /* arrived_* */
-    total += (vqp->nrecv_mask + 1) * sizeof(uint64_t);
-    total += (vqp->op_mask + 1) * sizeof(uint64_t); /* atomic results */
-    total += vqp->slots_len;
+    memset(m, 0, sizeof(*m));
+    m->fixed = sizeof(*vqp) + (vqp->op_mask + 1) * sizeof(vqp_op_t) +
+               (vqp->op_mask + 1) * sizeof(uint64_t) +
+               (vqp->nrecv_mask + 1) * sizeof(uint64_t);
+    m->pqps = vqp->num_pqps * sizeof(vqp_pqp_t);
     for (i = 0; i < vqp->num_pqps; ++i) {
         const vqp_pqp_t *pqp = &vqp->qps[i];
 
@@ -940,11 +984,16 @@ static size_t core_heap_bytes(const vqp_t *vqp, const vqp_params_t *p,
         } else if ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1)) {
             rq = 2 * p->max_outstanding;
         }
-        pq += (pqp->frag_mask + 1) * sizeof(vqp_frag_t) +
-              ucs_roundup_pow2(rq) * sizeof(uint64_t);
+        m->pqps += (pqp->frag_mask + 1) * sizeof(vqp_frag_t) +
+                   ucs_roundup_pow2(rq) * sizeof(uint64_t);
     }
-    *per_pqp_p = pq;
-    return total + pq;
+    m->replay = (vqp->replay_mask + 1) * sizeof(vqp_frag_t);
+    /* send_acked (send_window bytes; win = 2 * send_window at creation),
+     * win_state + win_imm, arrived_imm + arrived_failed */
+    m->window = (vqp->win_mask + 1) / 2 + (vqp->win_mask + 1) * (1 + 4) +
+                (vqp->arrived_mask + 1) * (4 + 1);
+    m->slots   = vqp->slots_len;
+    m->wc_ring = vqp->wc_reserve * sizeof(vqp_wc_t);
 }
 
 /* Queue memory the device reads and writes for @a vqp's QPs (SQ and RQ). */
@@ -962,19 +1011,22 @@ static size_t device_queue_bytes(const vqp_t *vqp)
 
 static void run_memory(void)
 {
-    unsigned i, n, prev_n = 0;
-    size_t core_b, per_pqp, dev_b, wc_b, prev_core = 0;
-    char heap_s[32], slope_s[32];
+    unsigned i, n;
+    size_t total, dev_b;
+    char heap_s[32];
+    core_mem_t m;
     int64_t heap;
     vqp_params_t p;
     side_t a;
     vqp_t *vqp;
 
-    printf("\nMemory per endpoint (one virtual QP, default parameters: "
-           "DQPLB, max_outstanding 128, max_ops 1024, max_recvs 256)\n");
-    printf("%5s %6s | %12s %12s %12s %12s | %12s %14s\n", "N", "QPs",
-           "core heap", "per QP", "wc ring", "device queues", "heap (meas.)",
-           "core/QP slope");
+    printf("\nMemory per endpoint: one virtual QP, default parameters (DQPLB,"
+           " max_outstanding 128, max_ops 1024, max_recvs 256); bytes\n");
+    printf("%5s %5s | %10s %9s %10s %10s %9s %8s %8s | %10s | %10s | %10s"
+           " %9s\n",
+           "N", "QPs", "core heap", "fixed", "QP rings", "replay", "windows",
+           "slots", "wc ring", "measured", "dev queues", "core/QP",
+           "queues/QP");
     side_open(&a, 4096);
     cq_open(&a, 4096);
     for (i = 0; i < ucs_static_array_size(num_qps_list); ++i) {
@@ -988,29 +1040,30 @@ static void run_memory(void)
             die("vqp_create(N=%u) with default parameters failed", n);
         }
         alloc_stop();
-        heap   = alloc_live;
-        core_b = core_heap_bytes(vqp, &p, &per_pqp);
-        dev_b  = device_queue_bytes(vqp);
-        wc_b   = vqp->wc_reserve * sizeof(vqp_wc_t);
+        heap = alloc_live;
+        core_mem(vqp, &p, &m);
+        total = core_mem_total(&m);
+        dev_b = device_queue_bytes(vqp);
         snprintf(heap_s, sizeof(heap_s), "%ld", (long)heap);
-        slope_s[0] = '\0';
-        if (prev_n != 0) {
-            snprintf(slope_s, sizeof(slope_s), "%.0f",
-                     (double)(core_b - prev_core) / (n - prev_n));
-        }
-        printf("%5u %6u | %12zu %12zu %12zu %12zu | %12s %14s\n", n,
-               vqp->num_pqps, core_b, per_pqp / vqp->num_pqps, wc_b, dev_b,
-               BENCH_COUNT_ALLOCS ? heap_s : "n/a", slope_s);
+        printf("%5u %5u | %10zu %9zu %10zu %10zu %9zu %8zu %8zu | %10s |"
+               " %10zu | %10zu %9zu\n",
+               n, vqp->num_pqps, total, m.fixed, m.pqps, m.replay, m.window,
+               m.slots, m.wc_ring, BENCH_COUNT_ALLOCS ? heap_s : "n/a", dev_b,
+               total / vqp->num_pqps, dev_b / vqp->num_pqps);
         json("{\"bench\":\"core\",\"metric\":\"memory\",\"n\":%u,"
-             "\"pqps\":%u,\"core_heap_bytes\":%zu,\"core_bytes_per_pqp\":%zu,"
-             "\"cq_wc_bytes\":%zu,\"device_queue_bytes\":%zu,"
+             "\"pqps\":%u,\"core_heap_bytes\":%zu,\"fixed\":%zu,"
+             "\"qp_rings\":%zu,\"replay\":%zu,\"windows\":%zu,"
+             "\"slots\":%zu,\"cq_wc_share\":%zu,\"device_queue_bytes\":%zu,"
              "\"measured_heap_bytes\":%ld,\"measured\":%s}",
-             n, vqp->num_pqps, core_b, per_pqp / vqp->num_pqps, wc_b, dev_b,
-             (long)heap, BENCH_COUNT_ALLOCS ? "true" : "false");
-        prev_n    = n;
-        prev_core = core_b;
+             n, vqp->num_pqps, total, m.fixed, m.pqps, m.replay, m.window,
+             m.slots, m.wc_ring, dev_b, (long)heap,
+             BENCH_COUNT_ALLOCS ? "true" : "false");
         vqp_destroy(vqp);
     }
+    printf("(core heap: computed from the core's ring sizes, with its share"
+           " of the CQ's completion ring; measured: heap bytes the whole"
+           " process allocated during vqp_create, the software device's"
+           " included; the CQ's completion ring grew in the first one)\n");
     cq_close(&a);
     side_close(&a);
 }
