@@ -16,8 +16,17 @@
 #include <ucs/datastruct/mpool.h>
 #include <uct/base/uct_iface.h>
 
-/* An AM id travels in the immediate data of the SEND carrying the message. */
-#define UCT_RC_VQP_AM_ID_MASK (UCT_AM_ID_MAX - 1)
+/* Immediate data of a SEND: the AM id, credits returned to the peer (flow
+ * control piggy-backed on every message), and a flag for a message that
+ * carries credits only. */
+#define UCT_RC_VQP_AM_ID_MASK     (UCT_AM_ID_MAX - 1)
+#define UCT_RC_VQP_IMM_GRANT      0x80u
+#define UCT_RC_VQP_IMM_CRED_SHIFT 8
+#define UCT_RC_VQP_IMM_CRED_MAX   0xffffu
+
+/* Receive slots of the peer kept for credit-only messages: those are sent
+ * without a credit, so that returning credits can never wait for one. */
+#define UCT_RC_VQP_FC_RESERVE 4
 
 /* Operations whose wr_id is a descriptor (bcopy, get_bcopy) are tagged with
  * this bit; otherwise the wr_id is the user's uct_completion_t (or 0). */
@@ -81,6 +90,8 @@ enum {
 
 typedef struct uct_rc_vqp_ep {
     uct_base_ep_t super;
+    int fc_credits;        /* AMs the peer has receive buffers for */
+    unsigned fc_to_return; /* AMs received, not yet credited back */
     vqp_t *vqp;
     ucs_arbiter_group_t arb_group;
     ucs_list_link_t list;

@@ -39,6 +39,44 @@ static void uct_rc_vqp_ep_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
     uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);
 }
 
+/* The immediate of an outgoing AM: its id and the credits owed. */
+static UCS_F_ALWAYS_INLINE uint32_t uct_rc_vqp_ep_am_imm(uct_rc_vqp_ep_t *ep,
+                                                         uint8_t id)
+{
+    unsigned credits = ucs_min(ep->fc_to_return, UCT_RC_VQP_IMM_CRED_MAX);
+
+    return id | (credits << UCT_RC_VQP_IMM_CRED_SHIFT);
+}
+
+/* An AM went out carrying @a imm: its credit is spent, the returned ones
+ * are no longer owed. */
+static UCS_F_ALWAYS_INLINE void uct_rc_vqp_ep_am_sent(uct_rc_vqp_ep_t *ep,
+                                                      uint32_t imm)
+{
+    --ep->fc_credits;
+    ep->fc_to_return -= imm >> UCT_RC_VQP_IMM_CRED_SHIFT;
+}
+
+/* Return credits explicitly once half the window is owed and no AM went
+ * back to carry them (one-directional traffic). */
+static void uct_rc_vqp_ep_grant(uct_rc_vqp_ep_t *ep)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    unsigned credits = ucs_min(ep->fc_to_return, UCT_RC_VQP_IMM_CRED_MAX);
+    vqp_send_wr_t wr = {0};
+
+    if ((credits < ucs_max(iface->rx_per_ep / 2, 1u)) ||
+        !(ep->flags & UCT_RC_VQP_EP_CONNECTED)) {
+        return;
+    }
+    wr.opcode = VQP_OP_SEND_IMM;
+    wr.flags  = VQP_SEND_INLINE;
+    wr.imm    = UCT_RC_VQP_IMM_GRANT | (credits << UCT_RC_VQP_IMM_CRED_SHIFT);
+    if (vqp_post_send(ep->vqp, &wr) == UCS_OK) {
+        ep->fc_to_return -= credits;
+    } /* else: retried with the next message received */
+}
+
 static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
 {
     uct_rc_vqp_iface_t *iface  = UCT_RC_VQP_EP_IFACE(ep);
@@ -49,6 +87,18 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
     if (wc->status != UCS_OK) {
         ucs_mpool_put(desc); /* flushed or canceled receive */
         return;
+    }
+    if (wc->flags & VQP_WC_WITH_IMM) {
+        ep->fc_credits += wc->imm >> UCT_RC_VQP_IMM_CRED_SHIFT;
+        if (wc->imm >> UCT_RC_VQP_IMM_CRED_SHIFT) {
+            ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
+        }
+        if (wc->imm & UCT_RC_VQP_IMM_GRANT) {
+            ucs_mpool_put(desc);
+            uct_rc_vqp_ep_post_receives(ep, 1);
+            return;
+        }
+        ++ep->fc_to_return;
     }
     if (!(wc->flags & VQP_WC_WITH_IMM)) {
         ucs_error("rc_vqp ep %p: message of %lu bytes without an AM id:"
@@ -61,11 +111,13 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
         if (status == UCS_INPROGRESS) {
             /* The handler keeps the buffer; post a fresh one instead. */
             uct_rc_vqp_ep_post_receives(ep, 1);
+            uct_rc_vqp_ep_grant(ep);
             return;
         }
     }
     ucs_mpool_put(desc);
     uct_rc_vqp_ep_post_receives(ep, 1);
+    uct_rc_vqp_ep_grant(ep);
 }
 
 void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
@@ -336,6 +388,7 @@ ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
     /* Header and payload must arrive as one buffer: gather them here, the
      * WQE takes them inline within the post. */
     char data[sizeof(hdr) + length];
+    ucs_status_t status;
     vqp_send_wr_t wr;
 
     if (sizeof(hdr) + length > iface->vqp_params.max_inline) {
@@ -343,12 +396,19 @@ ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
                   sizeof(hdr) + length, iface->vqp_params.max_inline);
         return UCS_ERR_INVALID_PARAM;
     }
+    if (ucs_unlikely(ep->fc_credits <= 0)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
     memcpy(data, &hdr, sizeof(hdr));
     memcpy(data + sizeof(hdr), buffer, length);
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, 0, VQP_SEND_INLINE, data,
                        sizeof(data), 0, 0, 0);
-    wr.imm = id;
-    return uct_rc_vqp_ep_post(ep, &wr);
+    wr.imm = uct_rc_vqp_ep_am_imm(ep, id);
+    status = uct_rc_vqp_ep_post(ep, &wr);
+    if (ucs_likely(status == UCS_OK)) {
+        uct_rc_vqp_ep_am_sent(ep, wr.imm);
+    }
+    return status;
 }
 
 ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
@@ -361,6 +421,9 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     vqp_send_wr_t wr;
     size_t length;
 
+    if (ucs_unlikely(ep->fc_credits <= 0)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
     desc = uct_rc_vqp_ep_get_desc(ep);
     if (desc == NULL) {
         return UCS_ERR_NO_RESOURCE;
@@ -368,12 +431,13 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     length = pack_cb(desc + 1, arg);
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
                        VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
-    wr.imm = id;
+    wr.imm = uct_rc_vqp_ep_am_imm(ep, id);
     status = uct_rc_vqp_ep_post(ep, &wr);
     if (status != UCS_OK) {
         ucs_mpool_put(desc);
         return status;
     }
+    uct_rc_vqp_ep_am_sent(ep, wr.imm);
     return length;
 }
 
@@ -399,6 +463,9 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
                   iface->seg_size);
         return UCS_ERR_INVALID_PARAM;
     }
+    if (ucs_unlikely(ep->fc_credits <= 0)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
     desc = uct_rc_vqp_ep_get_desc(ep);
     if (desc == NULL) {
         return UCS_ERR_NO_RESOURCE;
@@ -412,12 +479,13 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
                       UCS_PTR_BYTE_OFFSET(desc + 1, header_length), SIZE_MAX);
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
                        VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
-    wr.imm = id;
+    wr.imm = uct_rc_vqp_ep_am_imm(ep, id);
     status = uct_rc_vqp_ep_post(ep, &wr);
     if (status != UCS_OK) {
         ucs_mpool_put(desc);
         return status;
     }
+    uct_rc_vqp_ep_am_sent(ep, wr.imm);
     return UCS_OK;
 }
 
@@ -560,7 +628,7 @@ ucs_status_t uct_rc_vqp_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
     uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
 
-    if (vqp_send_avail(ep->vqp) != 0) {
+    if ((vqp_send_avail(ep->vqp) != 0) && (ep->fc_credits > 0)) {
         return UCS_ERR_BUSY;
     }
     UCS_STATIC_ASSERT(sizeof(uct_pending_req_priv_arb_t) <=
@@ -585,7 +653,7 @@ uct_rc_vqp_ep_process_pending(ucs_arbiter_t *arbiter,
         return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
     } else if (status == UCS_INPROGRESS) {
         return UCS_ARBITER_CB_RESULT_NEXT_GROUP;
-    } else if (vqp_send_avail(ep->vqp) != 0) {
+    } else if ((vqp_send_avail(ep->vqp) != 0) && (ep->fc_credits > 0)) {
         /* Refused for another reason than room: try the others first. */
         return UCS_ARBITER_CB_RESULT_RESCHED_GROUP;
     }
@@ -668,7 +736,9 @@ UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
     if (status != UCS_OK) {
         return status;
     }
-    self->flags = 0;
+    self->flags        = 0;
+    self->fc_credits   = (int)iface->rx_per_ep - UCT_RC_VQP_FC_RESERVE;
+    self->fc_to_return = 0;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_list_add_tail(&iface->eps, &self->list);
     return UCS_OK;

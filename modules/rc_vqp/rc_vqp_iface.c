@@ -379,16 +379,17 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
     if ((config->num_qps == 0) || (config->frag_size == 0) ||
         (config->frag_size > attr->max_msg_sz) ||
         (config->max_outstanding == 0) || (config->tx_queue_len == 0) ||
-        (config->rx_queue_len == 0) || (config->seg_size < 64) ||
-        (config->seg_size > UINT32_MAX) || (config->max_inline < 8) ||
-        (config->max_inline > UINT32_MAX)) {
+        (config->rx_queue_len <= UCT_RC_VQP_FC_RESERVE) ||
+        (config->seg_size < 64) || (config->seg_size > UINT32_MAX) ||
+        (config->max_inline < 8) || (config->max_inline > UINT32_MAX)) {
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
                   " (1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
-                  " RX_QUEUE_LEN=%u SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
+                  " RX_QUEUE_LEN=%u (> %d) SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
                   " (>= 8)",
                   config->num_qps, config->frag_size, attr->max_msg_sz,
                   config->max_outstanding, config->tx_queue_len,
-                  config->rx_queue_len, config->seg_size, config->max_inline);
+                  config->rx_queue_len, UCT_RC_VQP_FC_RESERVE, config->seg_size,
+                  config->max_inline);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;

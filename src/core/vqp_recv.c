@@ -18,6 +18,12 @@ static UCS_F_ALWAYS_INLINE uint32_t *vqp_slot(vqp_pqp_t *pqp, uint16_t index)
     return &pqp->vqp->slots[pqp->slot_base + (index & pqp->rx.mask)];
 }
 
+/* Receives posted and not completed (the RQ counters are 16 bits). */
+static UCS_F_ALWAYS_INLINE unsigned vqp_rx_posted(const vqp_pqp_t *pqp)
+{
+    return (uint16_t)(pqp->rx.head - pqp->rx.tail);
+}
+
 static UCS_F_ALWAYS_INLINE int vqp_core_receives(const vqp_pqp_t *pqp)
 {
     return pqp->rx_cap != 0;
@@ -35,7 +41,7 @@ ucs_status_t vqp_recv_fill(vqp_pqp_t *pqp)
     if (!pqp->alive || !vqp_core_receives(pqp) || !vqp->connected) {
         return UCS_OK;
     }
-    while ((VQP_RING_COUNT(pqp->rx.tail, pqp->rx.head) < pqp->rx_cap) &&
+    while ((vqp_rx_posted(pqp) < pqp->rx_cap) &&
            (VQP_RING_COUNT(vqp->arrived_head, vqp->arrived_tail) <
             vqp->max_recvs)) {
         sge.addr   = (uintptr_t)vqp_slot(pqp, pqp->rx.head);
@@ -260,8 +266,7 @@ ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr)
     if (!pqp->alive) {
         return pqp->error;
     }
-    if (VQP_RING_COUNT(pqp->rx.tail, pqp->rx.head) + vqp->wc_pending_recvs >=
-        vqp->max_recvs) {
+    if (vqp_rx_posted(pqp) + vqp->wc_pending_recvs >= vqp->max_recvs) {
         return UCS_ERR_NO_RESOURCE;
     }
     sge.addr   = wr->addr;

@@ -419,6 +419,43 @@ static void test_ping_pong_1qp(void **state)
     pair_destroy(&p);
 }
 
+/* More receives than the 16-bit RQ counters count: reposting keeps working
+ * across the wrap (it once stopped at 65536). */
+static void test_rq_counter_wrap(void **state)
+{
+    vqp_params_t params  = base_params(1, VQP_LB_DQPLB);
+    const unsigned total = 70000, batch = 32;
+    vqp_recv_wr_t rwr = {0};
+    unsigned sent = 0, done = 0, i;
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    rwr.addr    = (uintptr_t)p.b.buf;
+    rwr.length  = 64;
+    rwr.lkey[0] = p.b.lkey;
+    for (i = 0; i < params.max_recvs; ++i) {
+        assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+    }
+    while (done < total) {
+        for (i = 0; (i < batch) && (sent < total); ++i, ++sent) {
+            wr = make_wr(&p.a, &p.b, VQP_OP_SEND, sent, 0, 0, 8);
+            wr.flags |= VQP_SEND_INLINE;
+            assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        }
+        pair_wait(&p, 0, sent - done);
+        for (i = 0; i < p.b.nwcs; ++i) {
+            assert_int_equal(p.b.wcs[i].status, UCS_OK);
+            assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+        }
+        done += p.b.nwcs;
+        p.b.nwcs = 0;
+        p.a.nwcs = 0;
+    }
+    assert_int_equal(done, total);
+    pair_destroy(&p);
+}
+
 static void test_atomics(void **state)
 {
     vqp_params_t params = base_params(4, VQP_LB_DQPLB);
@@ -884,6 +921,7 @@ int main(void)
         cmocka_unit_test(test_send_recv_spray),
         cmocka_unit_test(test_send_recv_1qp),
         cmocka_unit_test(test_ping_pong_1qp),
+        cmocka_unit_test(test_rq_counter_wrap),
         cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_unsignaled_and_flush),
