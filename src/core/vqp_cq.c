@@ -91,6 +91,16 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
 
 ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
 {
+    vqp_cq_dev_t *cdev = &cq->devs[pqp->dev];
+    uint32_t cap       = cdev->cq.mask + 1;
+
+    if (cdev->cqe_reserved + pqp->cqe_need > cap) {
+        ucs_error("vqp cq: the CQ of %u entries cannot take a QP with up to %u"
+                  " completions in flight (%u already reserved): make the CQ"
+                  " larger or the queues smaller",
+                  cap, pqp->cqe_need, cdev->cqe_reserved);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
     vqp_pqp_t ***chunk =
         &cq->devs[pqp->dev].qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
     vqp_pqp_t **slot;
@@ -109,6 +119,7 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
         return UCS_ERR_ALREADY_EXISTS;
     }
     *slot = pqp;
+    cdev->cqe_reserved += pqp->cqe_need;
     return UCS_OK;
 }
 
@@ -119,6 +130,7 @@ void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
 
     if ((chunk != NULL) && (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp)) {
         chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
+        cq->devs[pqp->dev].cqe_reserved -= pqp->cqe_need;
     }
 }
 

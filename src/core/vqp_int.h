@@ -73,6 +73,7 @@ typedef struct vqp_pqp {
     vqp_mlx5_rxwq_t rx;
     uint32_t rx_cap; /* receives the core keeps posted (0: none) */
     uint32_t slot_base;
+    uint32_t cqe_need;  /* reserved in its device's CQ */
     uint64_t *rx_wr_id; /* user receives: wr_id per RQ slot */
     vqp_dev_qp_t *dev_qp;
     uint32_t qpn;
@@ -190,6 +191,10 @@ typedef struct vqp_cq_dev {
     vqp_dev_cq_t *dev_cq;
     vqp_mlx5_cq_t cq;
     vqp_pqp_t **qpn_table[VQP_QPN_HIGH_SIZE];
+    /* CQEs the registered QPs can have outstanding at once (every WQE they
+     * track and every receive they post): a QP is refused rather than let
+     * the CQ overflow, which a ConnectX treats as fatal. */
+    uint32_t cqe_reserved;
 } vqp_cq_dev_t;
 
 struct vqp_cq {

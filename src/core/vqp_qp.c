@@ -142,6 +142,7 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
     if (pqp->rx_cap > pqp->rx.mask + 1u) {
         pqp->rx_cap = pqp->rx.mask + 1;
     }
+    pqp->cqe_need = pqp->frag_mask + 1 + pqp->rx.mask + 1;
     return vqp_cq_register(vqp->cq, pqp);
 }
 

@@ -857,6 +857,33 @@ static void test_bad_params(void **state)
     side_close(&s);
 }
 
+/* A virtual QP that could overflow the CQ is refused with a clear error,
+ * and fits again once another one is gone. */
+static void test_cq_capacity(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_cq_params_t cqp;
+    vqp_t *first, *second;
+    side_t s;
+
+    side_open(&s);
+    vqp_cq_destroy(s.cq);
+    vqp_cq_params_default(&cqp);
+    cqp.devs[0]  = s.dev;
+    cqp.num_devs = 1;
+    cqp.cqe      = 1024;
+    assert_int_equal(vqp_cq_create(&cqp, &s.cq), UCS_OK);
+    params.cq        = s.cq;
+    params.max_ops   = 300; /* the send QP alone tracks 512 WQEs */
+    params.max_recvs = 64;
+    assert_int_equal(vqp_create(&params, &first), UCS_OK);
+    assert_int_equal(vqp_create(&params, &second), UCS_ERR_EXCEEDS_LIMIT);
+    vqp_destroy(first);
+    assert_int_equal(vqp_create(&params, &second), UCS_OK);
+    vqp_destroy(second);
+    side_close(&s);
+}
+
 static void test_post_errors(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -935,6 +962,7 @@ int main(void)
         cmocka_unit_test(test_dqplb_window),
         cmocka_unit_test(test_cancel_and_accounting),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_cq_capacity),
         cmocka_unit_test(test_post_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
