@@ -298,11 +298,16 @@ ssize_t uct_rc_vqp_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
     return length;
 }
 
-ucs_status_t uct_rc_vqp_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
-                                     size_t iovcnt, uint64_t remote_addr,
-                                     uct_rkey_t rkey, uct_completion_t *comp)
+/* put_zcopy / get_zcopy: one core operation on the user's registered
+ * buffer, which stays in use until the completion. A get is always signaled:
+ * its data is usable only once its completion is seen. */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_zcopy(
+    uct_ep_h tl_ep, vqp_opcode_t opcode, const uct_iov_t *iov, size_t iovcnt,
+    uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
 {
     uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    unsigned flags =
+        ((comp != NULL) || (opcode == VQP_OP_READ)) ? VQP_SEND_SIGNALED : 0;
     ucs_status_t status;
     vqp_send_wr_t wr;
     uint32_t lkey;
@@ -314,11 +319,18 @@ ucs_status_t uct_rc_vqp_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
     if (status != UCS_OK) {
         return status;
     }
-    uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, (uintptr_t)comp,
-                       (comp != NULL) ? VQP_SEND_SIGNALED : 0, iov->buffer,
+    uct_rc_vqp_wr_init(&wr, opcode, (uintptr_t)comp, flags, iov->buffer,
                        uct_iov_get_length(iov), lkey, remote_addr, rkey);
     status = uct_rc_vqp_ep_post(ep, &wr);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_rc_vqp_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                     size_t iovcnt, uint64_t remote_addr,
+                                     uct_rkey_t rkey, uct_completion_t *comp)
+{
+    return uct_rc_vqp_ep_zcopy(tl_ep, VQP_OP_WRITE, iov, iovcnt, remote_addr,
+                               rkey, comp);
 }
 
 ucs_status_t uct_rc_vqp_ep_get_bcopy(uct_ep_h tl_ep,
@@ -360,24 +372,8 @@ ucs_status_t uct_rc_vqp_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
                                      size_t iovcnt, uint64_t remote_addr,
                                      uct_rkey_t rkey, uct_completion_t *comp)
 {
-    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
-    ucs_status_t status;
-    vqp_send_wr_t wr;
-    uint32_t lkey;
-
-    if ((iovcnt == 0) || (uct_iov_total_length(iov, iovcnt) == 0)) {
-        return UCS_OK;
-    }
-    status = uct_rc_vqp_iov_check(iov, iovcnt, &lkey);
-    if (status != UCS_OK) {
-        return status;
-    }
-    /* A get's data is usable only once its completion is seen. */
-    uct_rc_vqp_wr_init(&wr, VQP_OP_READ, (uintptr_t)comp, VQP_SEND_SIGNALED,
-                       iov->buffer, uct_iov_get_length(iov), lkey, remote_addr,
-                       rkey);
-    status = uct_rc_vqp_ep_post(ep, &wr);
-    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+    return uct_rc_vqp_ep_zcopy(tl_ep, VQP_OP_READ, iov, iovcnt, remote_addr,
+                               rkey, comp);
 }
 
 ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
