@@ -72,6 +72,9 @@ typedef struct uct_rc_vqp_iface {
     vqp_params_t vqp_params; /* template for endpoints */
     ucs_arbiter_t arbiter;
     ucs_list_link_t eps;
+    /* Endpoints with pending requests: resources come back silently when
+     * unsignaled operations complete, so progress looks at these. */
+    ucs_list_link_t pending_eps;
     ucs_mpool_t tx_mp;
     ucs_mpool_t rx_mp;
     uct_recv_desc_t release_desc;
@@ -85,7 +88,8 @@ typedef struct uct_rc_vqp_iface {
 enum {
     UCT_RC_VQP_EP_CONNECTED = 1u << 0,
     UCT_RC_VQP_EP_FAILED    = 1u << 1, /* error handler called */
-    UCT_RC_VQP_EP_FENCE     = 1u << 2  /* next operation is fenced */
+    UCT_RC_VQP_EP_FENCE     = 1u << 2, /* next operation is fenced */
+    UCT_RC_VQP_EP_PENDING   = 1u << 3  /* on the iface's pending_eps list */
 };
 
 typedef struct uct_rc_vqp_ep {
@@ -95,6 +99,8 @@ typedef struct uct_rc_vqp_ep {
     vqp_t *vqp;
     ucs_arbiter_group_t arb_group;
     ucs_list_link_t list;
+    ucs_list_link_t pending_list;
+    uct_completion_t *cancel_comp; /* flush(CANCEL) waiting for the rest */
     unsigned flags;
 } uct_rc_vqp_ep_t;
 
@@ -159,6 +165,9 @@ ucs_status_t uct_rc_vqp_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr);
 ucs_status_t uct_rc_vqp_ep_connect_to_ep(uct_ep_h tl_ep,
                                          const uct_device_addr_t *dev_addr,
                                          const uct_ep_addr_t *ep_addr);
+
+/* Schedule endpoints whose pending requests can go now (iface progress). */
+void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface);
 
 /* Pending dispatch from the interface's progress. */
 ucs_arbiter_cb_result_t

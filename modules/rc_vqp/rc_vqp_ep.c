@@ -148,6 +148,11 @@ void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
     if (wc->status != UCS_OK) {
         uct_rc_vqp_ep_failed(ep, wc->status);
     }
+    if ((ep->cancel_comp != NULL) && (vqp_ops_in_flight(ep->vqp) == 0)) {
+        comp            = ep->cancel_comp;
+        ep->cancel_comp = NULL;
+        uct_invoke_completion(comp, UCS_OK);
+    }
     /* Room for one more operation: pending requests may go on. */
     ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
 }
@@ -564,17 +569,21 @@ ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
          * unusable afterwards, as UCT says. */
         vqp_cancel(ep->vqp);
         ep->flags |= UCT_RC_VQP_EP_FAILED;
+        if (vqp_ops_in_flight(ep->vqp) == 0) {
+            return UCS_OK;
+        }
+        if (comp != NULL) {
+            if (ep->cancel_comp != NULL) {
+                return UCS_ERR_NO_RESOURCE; /* one at a time */
+            }
+            /* No QP is left to carry a marker: the completion runs once the
+             * last canceled operation reported (uct_rc_vqp_ep_completion). */
+            ep->cancel_comp = comp;
+        }
+        return UCS_INPROGRESS;
     }
     if (vqp_ops_in_flight(ep->vqp) == 0) {
         return UCS_OK;
-    }
-    if (flags & UCT_FLUSH_FLAG_CANCEL) {
-        if (comp == NULL) {
-            return UCS_INPROGRESS;
-        }
-        /* No QP is left to carry a marker; the canceled operations report
-         * as the device flushes them. */
-        return UCS_INPROGRESS;
     }
     uct_rc_vqp_wr_init(&wr, VQP_OP_FLUSH, (uintptr_t)comp,
                        (comp != NULL) ? VQP_SEND_SIGNALED : 0, NULL, 0, 0, 0,
@@ -630,9 +639,27 @@ ucs_status_t uct_rc_vqp_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
     UCS_STATIC_ASSERT(sizeof(uct_pending_req_priv_arb_t) <=
                       UCT_PENDING_REQ_PRIV_LEN);
     uct_pending_req_arb_group_push(&ep->arb_group, req);
-    /* Scheduled when a completion makes room (uct_rc_vqp_ep_completion). */
-    (void)iface;
+    /* Scheduled by progress once the endpoint has room again. */
+    if (!(ep->flags & UCT_RC_VQP_EP_PENDING)) {
+        ep->flags |= UCT_RC_VQP_EP_PENDING;
+        ucs_list_add_tail(&iface->pending_eps, &ep->pending_list);
+    }
     return UCS_OK;
+}
+
+void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_ep_t *ep, *tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &iface->pending_eps, pending_list)
+    {
+        if (ucs_arbiter_group_is_empty(&ep->arb_group)) {
+            ep->flags &= ~UCT_RC_VQP_EP_PENDING;
+            ucs_list_del(&ep->pending_list);
+        } else if ((vqp_send_avail(ep->vqp) != 0) && (ep->fc_credits > 0)) {
+            ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
+        }
+    }
 }
 
 ucs_arbiter_cb_result_t
@@ -735,6 +762,7 @@ UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
     self->flags        = 0;
     self->fc_credits   = (int)iface->rx_per_ep - UCT_RC_VQP_FC_RESERVE;
     self->fc_to_return = 0;
+    self->cancel_comp  = NULL;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_list_add_tail(&iface->eps, &self->list);
     return UCS_OK;
@@ -756,6 +784,9 @@ UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
     self->flags |= UCT_RC_VQP_EP_FAILED;
     vqp_destroy(self->vqp);
     ucs_arbiter_group_cleanup(&self->arb_group);
+    if (self->flags & UCT_RC_VQP_EP_PENDING) {
+        ucs_list_del(&self->pending_list);
+    }
     ucs_list_del(&self->list);
     (void)iface;
 }

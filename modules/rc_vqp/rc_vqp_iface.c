@@ -286,6 +286,9 @@ static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
     unsigned count;
 
     count = vqp_cq_progress(iface->cq);
+    if (!ucs_list_is_empty(&iface->pending_eps)) {
+        uct_rc_vqp_iface_schedule_pending(iface);
+    }
     if (!ucs_arbiter_is_empty(&iface->arbiter)) {
         ucs_arbiter_dispatch(&iface->arbiter, 1, uct_rc_vqp_ep_process_pending,
                              NULL);
@@ -438,6 +441,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->rx_per_ep       = config->rx_queue_len;
     self->release_desc.cb = uct_rc_vqp_release_desc;
     ucs_list_head_init(&self->eps);
+    ucs_list_head_init(&self->pending_eps);
     ucs_arbiter_init(&self->arbiter);
 
     vqp_cq_params_default(&cq_params);
