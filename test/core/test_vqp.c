@@ -829,6 +829,112 @@ static void test_cancel_and_accounting(void **state)
     pair_destroy(&p);
 }
 
+/* A virtual QP over two devices per side (the seeds' multi-NIC mode): keys
+ * per device, one CQ per device, striped writes and in-order notifications
+ * whose notify never overtakes data on the other device. */
+static void run_two_devices(vqp_lb_t lb)
+{
+    vqp_params_t params = base_params(4, lb);
+    vqp_dev_t *devs[2][2];
+    vqp_dev_mr_t *mrs[2][2];
+    uint32_t lkeys[2][2], rkeys[2][2];
+    vqp_cq_t *cqs[2];
+    vqp_t *vqps[2];
+    char *bufs[2];
+    char addr[2][2048];
+    size_t len[2];
+    vqp_cq_params_t cqp;
+    vqp_recv_wr_t rwr = {0};
+    vqp_wc_t wcs[2][64];
+    unsigned nwcs[2] = {0, 0}, i, s, d, steps;
+    vqp_send_wr_t wr = {0};
+    const unsigned n = 6;
+
+    for (s = 0; s < 2; ++s) {
+        vqp_cq_params_default(&cqp);
+        bufs[s] = aligned_alloc(4096, BUF_SIZE);
+        assert_non_null(bufs[s]);
+        for (d = 0; d < 2; ++d) {
+            assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &devs[s][d]),
+                             UCS_OK);
+            cqp.devs[d] = devs[s][d];
+            assert_int_equal(vqp_dev_mr_reg(devs[s][d], bufs[s], BUF_SIZE,
+                                            IBV_ACCESS_LOCAL_WRITE |
+                                                IBV_ACCESS_REMOTE_WRITE |
+                                                IBV_ACCESS_REMOTE_READ,
+                                            &mrs[s][d], &lkeys[s][d],
+                                            &rkeys[s][d]),
+                             UCS_OK);
+        }
+        cqp.num_devs = 2;
+        assert_int_equal(vqp_cq_create(&cqp, &cqs[s]), UCS_OK);
+        params.cq = cqs[s];
+        assert_int_equal(vqp_create(&params, &vqps[s]), UCS_OK);
+        assert_int_equal(
+            vqp_address_pack(vqps[s], addr[s], sizeof(addr[s]), &len[s]),
+            UCS_OK);
+    }
+    assert_int_equal(vqp_connect(vqps[0], addr[1], len[1]), UCS_OK);
+    assert_int_equal(vqp_connect(vqps[1], addr[0], len[0]), UCS_OK);
+
+    fill_pattern(bufs[0], BUF_SIZE, 21);
+    memset(bufs[1], 0, BUF_SIZE);
+    for (i = 0; i < n; ++i) {
+        rwr.wr_id = 900 + i;
+        assert_int_equal(vqp_post_recv(vqps[1], &rwr), UCS_OK);
+    }
+    for (i = 0; i < n; ++i) {
+        wr.wr_id       = i;
+        wr.opcode      = VQP_OP_WRITE_IMM;
+        wr.flags       = VQP_SEND_SIGNALED;
+        wr.local_addr  = (uintptr_t)bufs[0] + i * 1000000;
+        wr.remote_addr = (uintptr_t)bufs[1] + i * 1000000;
+        wr.length      = 1000000;
+        wr.imm         = 0x7700 + i;
+        for (d = 0; d < 2; ++d) {
+            wr.lkey[d] = lkeys[0][d];
+            wr.rkey[d] = rkeys[1][d];
+        }
+        assert_int_equal(vqp_post_send(vqps[0], &wr), UCS_OK);
+    }
+    for (steps = 0; (steps < 2000000) && ((nwcs[0] < n) || (nwcs[1] < n));
+         ++steps) {
+        for (s = 0; s < 2; ++s) {
+            nwcs[s] += vqp_cq_poll(cqs[s], wcs[s] + nwcs[s], 64 - nwcs[s]);
+        }
+    }
+    assert_int_equal(nwcs[0], n);
+    assert_int_equal(nwcs[1], n);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(wcs[0][i].wr_id, i);
+        assert_int_equal(wcs[0][i].status, UCS_OK);
+        assert_int_equal(wcs[1][i].wr_id, 900 + i);
+        assert_int_equal(wcs[1][i].imm, 0x7700 + i);
+        assert_int_equal(wcs[1][i].status, UCS_OK);
+    }
+    assert_memory_equal(bufs[0], bufs[1], n * 1000000);
+
+    for (s = 0; s < 2; ++s) {
+        vqp_destroy(vqps[s]);
+        assert_int_equal(vqp_cq_destroy(cqs[s]), UCS_OK);
+        for (d = 0; d < 2; ++d) {
+            assert_int_equal(vqp_dev_mr_dereg(mrs[s][d]), UCS_OK);
+            assert_int_equal(vqp_dev_close(devs[s][d]), UCS_OK);
+        }
+        free(bufs[s]);
+    }
+}
+
+static void test_two_devices_spray(void **state)
+{
+    run_two_devices(VQP_LB_SPRAY);
+}
+
+static void test_two_devices_dqplb(void **state)
+{
+    run_two_devices(VQP_LB_DQPLB);
+}
+
 static void test_bad_params(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -961,6 +1067,8 @@ int main(void)
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_dqplb_window),
         cmocka_unit_test(test_cancel_and_accounting),
+        cmocka_unit_test(test_two_devices_spray),
+        cmocka_unit_test(test_two_devices_dqplb),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_cq_capacity),
         cmocka_unit_test(test_post_errors),
