@@ -1,0 +1,16 @@
+# UCT-level integration test (issue 6): two processes, the module loaded
+# with dlopen as applications do. 'make check' runs the fast matrix;
+# 'make check-uct-full' the full one (sizes up to 64 MiB, 1/4/64 QPs,
+# both schemes, three fragment sizes).
+check_PROGRAMS += test/uct/test_uct_pair
+test_uct_test_uct_pair_SOURCES  = test/uct/test_uct_pair.c test/uct/uct_pair.c
+test_uct_test_uct_pair_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DRC_VQP_MODULE='"$(abs_top_builddir)/modules/rc_vqp/.libs/libuct_rc_vqp.so"'
+test_uct_test_uct_pair_LDADD    = $(UCX_LIBS) -ldl
+noinst_HEADERS += test/uct/uct_pair.h
+TESTS += test/uct/test_uct_pair
+
+check-uct-full: test/uct/test_uct_pair $(module_LTLIBRARIES)
+	./test/uct/test_uct_pair --full
+
+.PHONY: check-uct-full

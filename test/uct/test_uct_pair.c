@@ -1,0 +1,1574 @@
+/*
+ * UCT-level integration test of rc_vqp (issue 6): two forked processes drive
+ * a connected endpoint pair through the public UCT API only and check data
+ * integrity for put/get short/bcopy/zcopy, AM short/short_iov/bcopy/zcopy and
+ * atomics over a matrix of sizes, QP counts and load-balancing schemes; UCT
+ * semantics (return codes, exactly-once completions never run inside the
+ * posting call, flush of ep and iface, fence, pending add/dispatch/purge, AM
+ * descriptors kept by the handler, rx_headroom); bad input; injected QP
+ * errors (invisible to the user); and a killed peer (error handler once,
+ * every operation completed, bounded time).
+ *
+ * Usage: test_uct_pair [--full] [--only SUBSTRING]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "uct_pair.h"
+
+#include <ucs/sys/math.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#define KiB 1024ul
+#define MiB (1024ul * 1024ul)
+
+#define GUARD      64 /* bytes checked untouched around a region */
+#define GUARD_BYTE 0xee
+#define REGION_OFF (8 * KiB) /* data regions start here (+ step % 8) */
+#define BUF_SLACK  (16 * KiB)
+
+enum { MSG_HELLO = 0, MSG_READY, MSG_DONE, MSG_VERDICT, MSG_END };
+
+typedef enum {
+    OP_PUT_SHORT,
+    OP_PUT_BCOPY,
+    OP_PUT_ZCOPY,
+    OP_GET_BCOPY,
+    OP_GET_ZCOPY,
+    OP_AM_SHORT,
+    OP_AM_SHORT_IOV,
+    OP_AM_BCOPY,
+    OP_AM_ZCOPY,
+    OP_LAST
+} op_t;
+
+static const char *op_names[] = {"put_short",    "put_bcopy", "put_zcopy",
+                                 "get_bcopy",    "get_zcopy", "am_short",
+                                 "am_short_iov", "am_bcopy",  "am_zcopy"};
+
+typedef enum {
+    SC_MATRIX,
+    SC_SEMANTICS,
+    SC_FAULTS,
+    SC_KILL_BUSY,
+    SC_KILL_IDLE,
+    SC_FENCE_UNSIGNALED
+} sc_kind_t;
+
+typedef struct scenario {
+    const char *name;
+    sc_kind_t kind;
+    pair_config_t cfg;
+    const size_t *sizes;  /* SC_MATRIX; 0-terminated */
+    const char *faults;   /* VQP_SW_FAULTS of the initiator */
+    const char *disabled; /* non-NULL: skipped, with the reason (a TODO) */
+} scenario_t;
+
+static void *module_handle;
+
+/* ------------------------------------------------------ receive side (AM) */
+
+#define MAX_KEPT 64
+
+typedef struct am_state {
+    op_t op;
+    size_t size;
+    uint32_t seed;
+    unsigned hlen;
+    int keep;
+    int count;
+    int bad;
+    char why[160];
+    size_t headroom;
+    int nkept;
+    int desc_seen;
+    void *kept[MAX_KEPT];
+    size_t kept_len[MAX_KEPT];
+    uint8_t kept_first[MAX_KEPT];
+} am_state_t;
+
+static uint32_t step_seed(unsigned step)
+{
+    return step * 2654435761u + 17;
+}
+
+static size_t am_expected_len(const am_state_t *s)
+{
+    switch (s->op) {
+    case OP_AM_SHORT:
+        return sizeof(uint64_t) + s->size;
+    case OP_AM_ZCOPY:
+        return s->hlen + s->size;
+    default:
+        return s->size;
+    }
+}
+
+static ucs_status_t am_handler(void *arg, void *data, size_t length,
+                               unsigned flags)
+{
+    pair_t *p     = arg;
+    am_state_t *s = p->am_state;
+    uint8_t *d    = data;
+    uint64_t hdr;
+    long bad = -1;
+
+    ++s->count;
+    if (length != am_expected_len(s)) {
+        s->bad = 1;
+        snprintf(s->why, sizeof(s->why), "%s: %zu bytes arrived, expected %zu",
+                 op_names[s->op], length, am_expected_len(s));
+        return UCS_OK;
+    }
+    switch (s->op) {
+    case OP_AM_SHORT:
+        memcpy(&hdr, d, sizeof(hdr));
+        if (hdr != pattern_u64(s->seed)) {
+            s->bad = 1;
+            snprintf(s->why, sizeof(s->why),
+                     "am_short: header 0x%lx, expected 0x%lx",
+                     (unsigned long)hdr, (unsigned long)pattern_u64(s->seed));
+            return UCS_OK;
+        }
+        bad = pattern_check(d + sizeof(hdr), s->size, s->seed);
+        break;
+    case OP_AM_ZCOPY:
+        bad = pattern_check(d, s->hlen, s->seed ^ 0xabcu);
+        if (bad >= 0) {
+            s->bad = 1;
+            snprintf(s->why, sizeof(s->why),
+                     "am_zcopy: header byte %ld of %u differs", bad, s->hlen);
+            return UCS_OK;
+        }
+        bad = pattern_check(d + s->hlen, s->size, s->seed);
+        break;
+    default:
+        bad = pattern_check(d, s->size, s->seed);
+        break;
+    }
+    if (bad >= 0) {
+        s->bad = 1;
+        snprintf(s->why, sizeof(s->why), "%s: payload byte %ld of %zu differs",
+                 op_names[s->op], bad, s->size);
+        return UCS_OK;
+    }
+    if (flags & UCT_CB_PARAM_FLAG_DESC) {
+        s->desc_seen = 1;
+    }
+    if (s->keep && (flags & UCT_CB_PARAM_FLAG_DESC) && (s->nkept < MAX_KEPT)) {
+        /* The headroom is ours while we own the descriptor. */
+        memset(d - s->headroom, 0xa5, s->headroom);
+        s->kept[s->nkept]       = data;
+        s->kept_len[s->nkept]   = length;
+        s->kept_first[s->nkept] = (length > 0) ? d[0] : 0;
+        ++s->nkept;
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+/* Kept descriptors must still hold their data (no receive reused them). */
+static void am_release_kept(pair_t *p)
+{
+    am_state_t *s = p->am_state;
+    const uint8_t *d;
+    size_t i;
+    int k;
+
+    for (k = 0; k < s->nkept; ++k) {
+        d = s->kept[k];
+        if (s->kept_len[k] > 0) {
+            CHECK(d[0] == s->kept_first[k],
+                  "kept AM descriptor %d was overwritten", k);
+        }
+        for (i = 0; i < s->headroom; ++i) {
+            CHECK(d[(long)i - (long)s->headroom] == 0xa5,
+                  "headroom of kept descriptor %d changed", k);
+        }
+        uct_iface_release_desc((uint8_t *)s->kept[k] - s->headroom);
+    }
+    s->nkept = 0;
+}
+
+static void pair_setup(pair_t *p, const scenario_t *sc, int initiator, int sock,
+                       am_state_t *am)
+{
+    memset(am, 0, sizeof(*am));
+    pair_init(p, &sc->cfg, initiator, sock);
+    am->headroom = sc->cfg.rx_headroom;
+    p->am_state  = am;
+    CHECK_STATUS(
+        uct_iface_set_am_handler(p->iface, AM_ID_DATA, am_handler, p, 0),
+        UCS_OK);
+}
+
+/* ------------------------------------------------------ operation helpers */
+
+typedef struct pack_arg {
+    const uint8_t *src;
+    size_t len;
+    int calls;
+} pack_arg_t;
+
+static size_t pack_cb(void *dest, void *arg)
+{
+    pack_arg_t *a = arg;
+
+    ++a->calls;
+    memcpy(dest, a->src, a->len);
+    return a->len;
+}
+
+typedef struct unpack_arg {
+    uint8_t *dst;
+    size_t len;
+    int calls;
+    size_t got;
+} unpack_arg_t;
+
+static void unpack_cb(void *arg, const void *data, size_t length)
+{
+    unpack_arg_t *a = arg;
+
+    ++a->calls;
+    a->got = length;
+    memcpy(a->dst, data, ucs_min(length, a->len));
+}
+
+static uct_iov_t make_iov(pair_t *p, void *buf, size_t len)
+{
+    uct_iov_t iov = {
+        .buffer = buf, .length = len, .memh = p->memh, .stride = 0, .count = 1};
+    return iov;
+}
+
+/* Retry an op while it says NO_RESOURCE (progressing), bounded. */
+#define RETRY(_p, _st, _call)                                           \
+    do {                                                                \
+        double _deadline = pair_now() + PAIR_WAIT_SEC;                  \
+        for (;;) {                                                      \
+            _st = (_call);                                              \
+            if (_st != UCS_ERR_NO_RESOURCE) {                           \
+                break;                                                  \
+            }                                                           \
+            CHECK(pair_now() < _deadline, "%s: NO_RESOURCE for %.0f s", \
+                  #_call, PAIR_WAIT_SEC);                               \
+            pair_progress(_p);                                          \
+        }                                                               \
+    } while (0)
+
+/* A zcopy/get with its own completion: INPROGRESS -> exactly one completion
+ * after the call returned; UCS_OK -> none. */
+#define ZCOPY_OP(_p, _name, _call_with_comp)                                \
+    do {                                                                    \
+        test_comp_t _c;                                                     \
+        ucs_status_t _st;                                                   \
+        double _deadline = pair_now() + PAIR_WAIT_SEC;                      \
+        for (;;) {                                                          \
+            test_comp_init(&_c, 1);                                         \
+            _st = _call_with_comp(&_c.uc);                                  \
+            test_comp_returned(&_c, _st, _name);                            \
+            if (_st != UCS_ERR_NO_RESOURCE) {                               \
+                break;                                                      \
+            }                                                               \
+            CHECK(pair_now() < _deadline, "%s: NO_RESOURCE", _name);        \
+            pair_progress(_p);                                              \
+        }                                                                   \
+        CHECK((_st == UCS_OK) || (_st == UCS_INPROGRESS), "%s returned %s", \
+              _name, ucs_status_string(_st));                               \
+        if (_st == UCS_INPROGRESS) {                                        \
+            test_comp_wait(_p, &_c, UCS_OK, _name);                         \
+        }                                                                   \
+    } while (0)
+
+static void post_put(pair_t *p, op_t op, uint8_t *src, size_t size,
+                     uint64_t raddr)
+{
+    uct_rkey_t rkey = p->rkey.rkey;
+    pack_arg_t pa   = {.src = src, .len = size};
+    uct_iov_t iov   = make_iov(p, src, size);
+    ucs_status_t st;
+    ssize_t ret;
+    double deadline;
+
+    switch (op) {
+    case OP_PUT_SHORT:
+        RETRY(p, st, uct_ep_put_short(p->ep, src, size, raddr, rkey));
+        CHECK_STATUS(st, UCS_OK);
+        break;
+    case OP_PUT_BCOPY:
+        deadline = pair_now() + PAIR_WAIT_SEC;
+        for (;;) {
+            pa.calls = 0;
+            ret      = uct_ep_put_bcopy(p->ep, pack_cb, &pa, raddr, rkey);
+            if (ret != UCS_ERR_NO_RESOURCE) {
+                break;
+            }
+            CHECK(pa.calls == 0, "put_bcopy packed, then said NO_RESOURCE");
+            CHECK(pair_now() < deadline, "put_bcopy: NO_RESOURCE");
+            pair_progress(p);
+        }
+        CHECK(ret == (ssize_t)size, "put_bcopy returned %zd, expected %zu", ret,
+              size);
+        CHECK(pa.calls == 1, "pack_cb ran %d times", pa.calls);
+        break;
+    case OP_PUT_ZCOPY:
+#define PUT_ZCOPY(_comp) uct_ep_put_zcopy(p->ep, &iov, 1, raddr, rkey, _comp)
+        ZCOPY_OP(p, "put_zcopy", PUT_ZCOPY);
+#undef PUT_ZCOPY
+        break;
+    default:
+        CHECK(0, "not a put: %d", op);
+    }
+}
+
+static void post_get(pair_t *p, op_t op, uint8_t *dst, size_t size,
+                     uint64_t raddr)
+{
+    uct_rkey_t rkey = p->rkey.rkey;
+    unpack_arg_t ua = {.dst = dst, .len = size};
+    uct_iov_t iov   = make_iov(p, dst, size);
+
+    switch (op) {
+    case OP_GET_BCOPY:
+#define GET_BCOPY(_comp) \
+    uct_ep_get_bcopy(p->ep, unpack_cb, &ua, size, raddr, rkey, _comp)
+        ZCOPY_OP(p, "get_bcopy", GET_BCOPY);
+#undef GET_BCOPY
+        CHECK(ua.calls == 1, "get_bcopy: unpack_cb ran %d times", ua.calls);
+        CHECK(ua.got == size, "get_bcopy: unpack_cb got %zu bytes, asked %zu",
+              ua.got, size);
+        break;
+    case OP_GET_ZCOPY:
+#define GET_ZCOPY(_comp) uct_ep_get_zcopy(p->ep, &iov, 1, raddr, rkey, _comp)
+        ZCOPY_OP(p, "get_zcopy", GET_ZCOPY);
+#undef GET_ZCOPY
+        break;
+    default:
+        CHECK(0, "not a get: %d", op);
+    }
+}
+
+static unsigned am_hlen(const pair_t *p)
+{
+    return (unsigned)ucs_min(16ul, p->attr.cap.am.max_hdr);
+}
+
+static void post_am(pair_t *p, op_t op, size_t size, uint32_t seed)
+{
+    uint8_t *src  = p->buf + REGION_OFF;
+    uint64_t hdr  = pattern_u64(seed);
+    pack_arg_t pa = {.src = src, .len = size};
+    uint8_t zhdr[16];
+    uct_iov_t iov;
+    ucs_status_t st;
+    ssize_t ret;
+    double deadline;
+
+    pattern_fill(src, size, seed);
+    switch (op) {
+    case OP_AM_SHORT:
+        RETRY(p, st, uct_ep_am_short(p->ep, AM_ID_DATA, hdr, src, size));
+        CHECK_STATUS(st, UCS_OK);
+        break;
+    case OP_AM_SHORT_IOV:
+        iov = make_iov(p, src, size);
+        RETRY(p, st, uct_ep_am_short_iov(p->ep, AM_ID_DATA, &iov, 1));
+        CHECK_STATUS(st, UCS_OK);
+        break;
+    case OP_AM_BCOPY:
+        deadline = pair_now() + PAIR_WAIT_SEC;
+        for (;;) {
+            pa.calls = 0;
+            ret      = uct_ep_am_bcopy(p->ep, AM_ID_DATA, pack_cb, &pa, 0);
+            if (ret != UCS_ERR_NO_RESOURCE) {
+                break;
+            }
+            CHECK(pa.calls == 0, "am_bcopy packed, then said NO_RESOURCE");
+            CHECK(pair_now() < deadline, "am_bcopy: NO_RESOURCE");
+            pair_progress(p);
+        }
+        CHECK(ret == (ssize_t)size, "am_bcopy returned %zd, expected %zu", ret,
+              size);
+        CHECK(pa.calls == 1, "pack_cb ran %d times", pa.calls);
+        break;
+    case OP_AM_ZCOPY:
+        pattern_fill(zhdr, am_hlen(p), seed ^ 0xabcu);
+        iov = make_iov(p, src, size);
+#define AM_ZCOPY(_comp) \
+    uct_ep_am_zcopy(p->ep, AM_ID_DATA, zhdr, am_hlen(p), &iov, 1, 0, _comp)
+        ZCOPY_OP(p, "am_zcopy", AM_ZCOPY);
+#undef AM_ZCOPY
+        break;
+    default:
+        CHECK(0, "not an AM: %d", op);
+    }
+}
+
+static int op_fits(const pair_t *p, op_t op, size_t size)
+{
+    const uct_iface_attr_t *a = &p->attr;
+    size_t buf_room           = p->cfg->buf_size - REGION_OFF - 8 - GUARD;
+
+    if (size > buf_room) {
+        return 0;
+    }
+    switch (op) {
+    case OP_PUT_SHORT:
+        return size <= a->cap.put.max_short;
+    case OP_PUT_BCOPY:
+        return size <= a->cap.put.max_bcopy;
+    case OP_PUT_ZCOPY:
+        return size <= a->cap.put.max_zcopy;
+    case OP_GET_BCOPY:
+        return size <= a->cap.get.max_bcopy;
+    case OP_GET_ZCOPY:
+        return size <= a->cap.get.max_zcopy;
+    case OP_AM_SHORT:
+        return size + sizeof(uint64_t) <= a->cap.am.max_short;
+    case OP_AM_SHORT_IOV:
+        /* Below 8 bytes UCX's generic am_short_iov pads the header with
+         * zeros: the receiver sees 8 bytes, which is not what was sent. */
+        return (size >= 8) && (size <= a->cap.am.max_short);
+    case OP_AM_BCOPY:
+        return size <= a->cap.am.max_bcopy;
+    case OP_AM_ZCOPY:
+        return am_hlen(p) + size <= a->cap.am.max_zcopy;
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------ data steps */
+
+static size_t step_off(unsigned step)
+{
+    return REGION_OFF + (step % 8);
+}
+
+/* 0 if the region holds pattern @a seed and its guards are intact, else
+ * 1 + the offset of the first bad byte (guards: negative side first). */
+static uint64_t region_verify(const uint8_t *region, size_t size, uint32_t seed,
+                              const char *what)
+{
+    long bad = pattern_check(region, size, seed);
+    int i;
+
+    if (bad >= 0) {
+        fprintf(stderr, "[%s] %s: byte %ld of %zu differs (0x%02x)\n",
+                pair_role_name, what, bad, size, region[bad]);
+        return 1 + (uint64_t)bad;
+    }
+    for (i = 0; i < GUARD; ++i) {
+        if ((region[-GUARD + i] != GUARD_BYTE) ||
+            (region[size + i] != GUARD_BYTE)) {
+            fprintf(stderr, "[%s] %s: guard byte %d around %zu bytes changed\n",
+                    pair_role_name, what, i, size);
+            return 1 + size + (uint64_t)i;
+        }
+    }
+    return 0;
+}
+
+/* Put: the target verifies after the initiator's flush completed. */
+static void step_put(pair_t *p, unsigned step, op_t op, size_t size,
+                     int iface_flush)
+{
+    uint8_t *region = p->buf + step_off(step);
+    uint32_t seed   = step_seed(step);
+    pair_msg_t msg;
+    char what[64];
+
+    snprintf(what, sizeof(what), "%s %zu B (step %u)", op_names[op], size,
+             step);
+    if (!p->is_initiator) {
+        memset(region - GUARD, GUARD_BYTE, size + 2 * GUARD);
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        pair_send(p, MSG_VERDICT, step,
+                  region_verify(region, size, seed, what));
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    pattern_fill(region, size, seed);
+    post_put(p, op, region, size, p->remote_buf + step_off(step));
+    if (iface_flush) {
+        pair_flush_iface(p);
+    } else {
+        pair_flush_ep(p);
+    }
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+    CHECK(msg.arg == 0, "%s: the target saw wrong data (bad byte %lu)", what,
+          (unsigned long)(msg.arg - 1));
+}
+
+/* Get: the initiator verifies after its completion. */
+static void step_get(pair_t *p, unsigned step, op_t op, size_t size)
+{
+    uint8_t *region = p->buf + step_off(step);
+    uint32_t seed   = step_seed(step);
+    pair_msg_t msg;
+    uint64_t verdict;
+    char what[64];
+
+    snprintf(what, sizeof(what), "%s %zu B (step %u)", op_names[op], size,
+             step);
+    if (!p->is_initiator) {
+        pattern_fill(region, size, seed);
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    memset(region - GUARD, GUARD_BYTE, size + 2 * GUARD);
+    post_get(p, op, region, size, p->remote_buf + step_off(step));
+    verdict = region_verify(region, size, seed, what);
+    pair_send(p, MSG_DONE, step, verdict);
+    CHECK(verdict == 0, "%s: wrong data at byte %lu", what,
+          (unsigned long)(verdict - 1));
+}
+
+/* AM: the handler verifies at the target. */
+static void step_am(pair_t *p, unsigned step, op_t op, size_t size, int keep)
+{
+    am_state_t *s = p->am_state;
+    uint32_t seed = step_seed(step);
+    pair_msg_t msg;
+
+    if (!p->is_initiator) {
+        s->op    = op;
+        s->size  = size;
+        s->seed  = seed;
+        s->hlen  = am_hlen(p);
+        s->keep  = keep;
+        s->count = 0;
+        s->bad   = 0;
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        CHECK(pair_wait_int(p, &s->count, 1),
+              "%s %zu B: no active message within %.0f s", op_names[op], size,
+              PAIR_WAIT_SEC);
+        pair_progress(p);
+        CHECK(s->count == 1, "%s %zu B: %d messages arrived", op_names[op],
+              size, s->count);
+        CHECK(!s->bad, "%s", s->why);
+        pair_send(p, MSG_VERDICT, step, 0);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    post_am(p, op, size, seed);
+    pair_flush_ep(p);
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+}
+
+/* Atomics: post add, fetch-add, cswap hit and miss, with result values. */
+static void step_atomics(pair_t *p, unsigned step)
+{
+    uint64_t *target = (uint64_t *)(p->buf + 64);
+    uint64_t v0 = pattern_u64(step), swap = pattern_u64(step + 1);
+    uint64_t raddr            = p->remote_buf + 64, result;
+    uct_rkey_t rkey           = p->rkey.rkey;
+    const uct_iface_attr_t *a = &p->attr;
+    pair_msg_t msg;
+    ucs_status_t st;
+
+    if (!p->is_initiator) {
+        *target = v0;
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        pair_send(p, MSG_VERDICT, step, *target);
+        return;
+    }
+    CHECK(a->cap.atomic64.op_flags & UCS_BIT(UCT_ATOMIC_OP_ADD),
+          "no atomic add");
+    CHECK(a->cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_ADD),
+          "no atomic fetch-add");
+    CHECK(a->cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_CSWAP),
+          "no atomic cswap");
+    pair_recv(p, MSG_READY, step, &msg);
+
+    RETRY(p, st,
+          uct_ep_atomic64_post(p->ep, UCT_ATOMIC_OP_ADD, 5, raddr, rkey));
+    CHECK_STATUS(st, UCS_OK);
+    pair_flush_ep(p); /* no ordering between operations without it */
+
+#define FADD(_comp)                                                          \
+    uct_ep_atomic64_fetch(p->ep, UCT_ATOMIC_OP_ADD, 7, &result, raddr, rkey, \
+                          _comp)
+    result = 0;
+    ZCOPY_OP(p, "atomic64_fetch(add)", FADD);
+#undef FADD
+    CHECK(result == v0 + 5, "fetch-add result 0x%lx, expected 0x%lx",
+          (unsigned long)result, (unsigned long)(v0 + 5));
+
+#define CSWAP(_cmp, _comp) \
+    uct_ep_atomic_cswap64(p->ep, _cmp, swap, raddr, rkey, &result, _comp)
+#define CSWAP_HIT(_comp)  CSWAP(v0 + 12, _comp)
+#define CSWAP_MISS(_comp) CSWAP(v0, _comp)
+    result = 0;
+    ZCOPY_OP(p, "atomic_cswap64(hit)", CSWAP_HIT);
+    CHECK(result == v0 + 12, "cswap (hit) result 0x%lx, expected 0x%lx",
+          (unsigned long)result, (unsigned long)(v0 + 12));
+    result = 0;
+    ZCOPY_OP(p, "atomic_cswap64(miss)", CSWAP_MISS);
+    CHECK(result == swap, "cswap (miss) result 0x%lx, expected 0x%lx",
+          (unsigned long)result, (unsigned long)swap);
+#undef CSWAP_MISS
+#undef CSWAP_HIT
+#undef CSWAP
+
+    pair_flush_ep(p);
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+    CHECK(msg.arg == swap, "target value after atomics 0x%lx, expected 0x%lx",
+          (unsigned long)msg.arg, (unsigned long)swap);
+}
+
+static void pair_end(pair_t *p, unsigned step)
+{
+    pair_msg_t msg;
+
+    /* Neither side tears down while the other still sends. */
+    pair_send(p, MSG_END, step, 0);
+    pair_recv(p, MSG_END, step, &msg);
+}
+
+static void run_matrix(pair_t *p, const scenario_t *sc)
+{
+    unsigned step = 1, ops_run = 0, keep_steps = 0;
+    am_state_t *s = p->am_state;
+    const size_t *size;
+    op_t op;
+
+    for (size = sc->sizes; *size != 0; ++size) {
+        for (op = 0; op < OP_LAST; ++op, ++step) {
+            if (!op_fits(p, op, *size)) {
+                continue;
+            }
+            ++ops_run;
+            switch (op) {
+            case OP_PUT_SHORT:
+            case OP_PUT_BCOPY:
+            case OP_PUT_ZCOPY:
+                step_put(p, step, op, *size, step & 1);
+                break;
+            case OP_GET_BCOPY:
+            case OP_GET_ZCOPY:
+                step_get(p, step, op, *size);
+                break;
+            default:
+                keep_steps += (step % 3) == 0;
+                step_am(p, step, op, *size, (step % 3) == 0);
+                break;
+            }
+        }
+    }
+    step_atomics(p, step++);
+    if (!p->is_initiator) {
+        if (keep_steps > 0) {
+            CHECK(s->desc_seen, "no AM handler call carried "
+                                "UCT_CB_PARAM_FLAG_DESC: cannot keep data");
+            CHECK(s->nkept > 0, "no descriptor was kept");
+        }
+        am_release_kept(p);
+    }
+    pair_end(p, step);
+    if (p->is_initiator) {
+        printf("  %u data operations verified, atomics verified\n", ops_run);
+    }
+}
+
+/* ------------------------------------------------------- semantics steps */
+
+typedef struct test_pending {
+    uct_pending_req_t req;
+    pair_t *p;
+    uint64_t raddr;
+    uint64_t value;
+    int calls;
+    int purged;
+} test_pending_t;
+
+static ucs_status_t pending_cb(uct_pending_req_t *self)
+{
+    test_pending_t *t = ucs_container_of(self, test_pending_t, req);
+    ucs_status_t st;
+
+    ++t->calls;
+    st = uct_ep_put_short(t->p->ep, &t->value, sizeof(t->value), t->raddr,
+                          t->p->rkey.rkey);
+    CHECK((st == UCS_OK) || (st == UCS_ERR_NO_RESOURCE),
+          "put_short from a pending callback returned %s",
+          ucs_status_string(st));
+    return st;
+}
+
+static void purge_cb(uct_pending_req_t *self, void *arg)
+{
+    test_pending_t *t = ucs_container_of(self, test_pending_t, req);
+
+    ++t->purged;
+    ++*(int *)arg;
+}
+
+/* Post 64-byte put_zcopy operations without progress until the endpoint
+ * says NO_RESOURCE; all share @a comp (guard count). Returns the number
+ * accepted. */
+static unsigned fill_until_no_resource(pair_t *p, test_comp_t *comp)
+{
+    uct_iov_t iov = make_iov(p, p->buf + REGION_OFF, 64);
+    unsigned n;
+    ucs_status_t st;
+
+    for (n = 0; n < 100000; ++n) {
+        comp->in_call = 1;
+        st = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + 4 * MiB,
+                              p->rkey.rkey, &comp->uc);
+        comp->in_call = 0;
+        CHECK(comp->early == 0, "put_zcopy: completion ran inside the call");
+        if (st == UCS_ERR_NO_RESOURCE) {
+            return n;
+        }
+        CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "put_zcopy: %s",
+              ucs_status_string(st));
+        if (st == UCS_INPROGRESS) {
+            ++comp->uc.count;
+        }
+    }
+    CHECK(0,
+          "put_zcopy never returned NO_RESOURCE in %u posts without "
+          "progress",
+          n);
+    return n;
+}
+
+/* Drop the guard of a shared completion and wait for it. */
+static void shared_comp_finish(pair_t *p, test_comp_t *comp, const char *what)
+{
+    if (--comp->uc.count == 0) {
+        comp->uc.func(&comp->uc);
+    }
+    test_comp_wait(p, comp, UCS_OK, what);
+}
+
+static void sem_pending(pair_t *p, unsigned step)
+{
+    uint8_t *vals = p->buf + 128;
+    test_pending_t req[3];
+    test_comp_t comp;
+    pair_msg_t msg;
+    unsigned n, i;
+    int purged = 0;
+
+    if (!p->is_initiator) {
+        memset(vals, 0, 3 * 8);
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        for (i = 0; i < 2; ++i) {
+            uint64_t v;
+            memcpy(&v, vals + 8 * i, 8);
+            CHECK(v == pattern_u64(100 + i),
+                  "pending request %u: target holds 0x%lx", i,
+                  (unsigned long)v);
+        }
+        pair_send(p, MSG_VERDICT, step, 0);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    memset(req, 0, sizeof(req));
+    for (i = 0; i < 3; ++i) {
+        req[i].req.func = pending_cb;
+        req[i].p        = p;
+        req[i].raddr    = p->remote_buf + 128 + 8 * i;
+        req[i].value    = pattern_u64(100 + i);
+    }
+
+    /* Resources available: BUSY, not queued. */
+    CHECK_STATUS(uct_ep_pending_add(p->ep, &req[0].req, 0), UCS_ERR_BUSY);
+
+    test_comp_init(&comp, 1);
+    comp.in_call = 0;
+    n            = fill_until_no_resource(p, &comp);
+    CHECK(n > 0, "NO_RESOURCE before any operation");
+    CHECK_STATUS(uct_ep_pending_add(p->ep, &req[0].req, 0), UCS_OK);
+    CHECK_STATUS(uct_ep_pending_add(p->ep, &req[1].req, 0), UCS_OK);
+    CHECK(req[0].calls == 0, "pending callback ran inside pending_add");
+    /* Dispatched once resources return. */
+    CHECK(pair_wait_int(p, &req[1].calls, 1) && (req[0].calls >= 1),
+          "pending requests not dispatched within %.0f s (calls %d, %d)",
+          PAIR_WAIT_SEC, req[0].calls, req[1].calls);
+    shared_comp_finish(p, &comp, "shared completion of the filling puts");
+    CHECK(comp.early == 0, "shared completion ran early");
+
+    /* Purge hands queued requests back without running them. */
+    test_comp_init(&comp, 1);
+    comp.in_call = 0;
+    fill_until_no_resource(p, &comp);
+    req[2].calls = 0;
+    CHECK_STATUS(uct_ep_pending_add(p->ep, &req[2].req, 0), UCS_OK);
+    uct_ep_pending_purge(p->ep, purge_cb, &purged);
+    CHECK(purged == 1 && req[2].purged == 1, "purge returned %d requests",
+          purged);
+    shared_comp_finish(p, &comp, "shared completion of the filling puts");
+    CHECK(req[2].calls == 0, "purged request was dispatched");
+
+    pair_flush_ep(p);
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+}
+
+/* put (no completion), fence, get of the same bytes: the get must see the
+ * put's data. */
+static void sem_fence_put_get(pair_t *p, unsigned step, uint8_t *src,
+                              uint64_t raddr, size_t size, uint8_t *back,
+                              int with_comp)
+{
+    uct_iov_t iov = make_iov(p, src, size);
+    uint32_t seed = step_seed(step) + 1;
+    uint64_t verdict;
+    ucs_status_t st;
+    test_comp_t comp;
+
+    pattern_fill(src, size, seed);
+    test_comp_init(&comp, 1);
+    RETRY(p, st,
+          uct_ep_put_zcopy(p->ep, &iov, 1, raddr, p->rkey.rkey,
+                           with_comp ? &comp.uc : NULL));
+    test_comp_returned(&comp, st, "put_zcopy before fence");
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "put_zcopy: %s",
+          ucs_status_string(st));
+    CHECK_STATUS(uct_ep_fence(p->ep, 0), UCS_OK);
+    memset(back - GUARD, GUARD_BYTE, size + 2 * GUARD);
+    post_get(p, OP_GET_ZCOPY, back, size, raddr);
+    verdict = region_verify(back, size, seed, "put, fence, get");
+    CHECK(verdict == 0, "put, fence, get read stale data at byte %lu",
+          (unsigned long)(verdict - 1));
+    if (with_comp && (st == UCS_INPROGRESS)) {
+        test_comp_wait(p, &comp, UCS_OK, "put_zcopy before fence");
+    }
+    pair_flush_ep(p);
+}
+
+/* Repro (see the scenario's TODO): put_short / put_zcopy without a
+ * completion, fence, then a get: the get must complete and see the data. */
+static void run_fence_unsignaled(pair_t *p, const scenario_t *sc)
+{
+    uint64_t value = pattern_u64(7), back = 0;
+    uint8_t *region = p->buf + REGION_OFF;
+
+    if (p->is_initiator) {
+        post_put(p, OP_PUT_SHORT, (uint8_t *)&value, 8, p->remote_buf + 64);
+        CHECK_STATUS(uct_ep_fence(p->ep, 0), UCS_OK);
+        {
+            unpack_arg_t ua = {.dst = (uint8_t *)&back, .len = 8};
+#define GET8(_comp)                                                \
+    uct_ep_get_bcopy(p->ep, unpack_cb, &ua, 8, p->remote_buf + 64, \
+                     p->rkey.rkey, _comp)
+            ZCOPY_OP(p, "get_bcopy after put_short + fence", GET8);
+#undef GET8
+        }
+        CHECK(back == value, "put_short, fence, get_bcopy read 0x%lx",
+              (unsigned long)back);
+        sem_fence_put_get(p, 1, region, p->remote_buf + REGION_OFF, 2 * MiB,
+                          region + 3 * MiB, 0);
+    }
+    pair_end(p, 2);
+}
+
+/* fence: a striped put, fence, a small put into its last bytes: the small
+ * one must win. Then (another region) a put without completion, fence, a
+ * get of the same bytes must read what the put wrote. */
+static void sem_fence(pair_t *p, unsigned step)
+{
+    const size_t size = 2 * MiB + 13;
+    uint8_t *region   = p->buf + step_off(step);
+    uint64_t raddr    = p->remote_buf + step_off(step);
+    uint32_t seed     = step_seed(step);
+    uint64_t tail     = pattern_u64(seed), got;
+    pair_msg_t msg;
+    uint64_t verdict;
+
+    if (!p->is_initiator) {
+        memset(region - GUARD, GUARD_BYTE, size + 2 * GUARD);
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        memcpy(&got, region + size - 8, 8);
+        /* The tail holds the fenced put_short, the rest the put_zcopy. */
+        verdict = (got == tail)
+                      ? (uint64_t)(1 + pattern_check(region, size - 8, seed))
+                      : 1 + size - 8;
+        pair_send(p, MSG_VERDICT, step, verdict);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    pattern_fill(region, size, seed);
+    post_put(p, OP_PUT_ZCOPY, region, size, raddr);
+    CHECK_STATUS(uct_ep_fence(p->ep, 0), UCS_OK);
+    post_put(p, OP_PUT_SHORT, (uint8_t *)&tail, 8, raddr + size - 8);
+    pair_flush_ep(p);
+    sem_fence_put_get(p, step, region + 4 * MiB, raddr + 4 * MiB, size,
+                      region + 7 * MiB, 1);
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+    CHECK(msg.arg == 0,
+          "put, fence, put: the later put did not win "
+          "(bad byte %lu)",
+          (unsigned long)(msg.arg - 1));
+}
+
+/* Many puts without completions; one flush covers them all. */
+static void sem_flush_many(pair_t *p, unsigned step, int iface_flush)
+{
+    const size_t size = MiB + 13;
+    const unsigned n  = 6;
+    uint32_t seed     = step_seed(step);
+    pair_msg_t msg;
+    ucs_status_t st;
+    uct_iov_t iov;
+    unsigned i;
+    char what[64];
+
+    if (!p->is_initiator) {
+        for (i = 0; i < n; ++i) {
+            memset(p->buf + REGION_OFF + i * (size + GUARD) - GUARD, GUARD_BYTE,
+                   size + 2 * GUARD);
+        }
+        pair_send(p, MSG_READY, step, 0);
+        pair_recv(p, MSG_DONE, step, &msg);
+        for (i = 0; i < n; ++i) {
+            snprintf(what, sizeof(what), "put %u of %u before flush", i, n);
+            CHECK(region_verify(p->buf + REGION_OFF + i * (size + GUARD), size,
+                                seed + i, what) == 0,
+                  "%s(%s) completed before the puts were visible",
+                  iface_flush ? "uct_iface_flush" : "uct_ep_flush", what);
+        }
+        pair_send(p, MSG_VERDICT, step, 0);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    for (i = 0; i < n; ++i) {
+        uint8_t *src = p->buf + REGION_OFF + i * (size + GUARD);
+
+        pattern_fill(src, size, seed + i);
+        iov = make_iov(p, src, size);
+        RETRY(p, st,
+              uct_ep_put_zcopy(p->ep, &iov, 1,
+                               p->remote_buf + REGION_OFF + i * (size + GUARD),
+                               p->rkey.rkey, NULL));
+        CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "put_zcopy: %s",
+              ucs_status_string(st));
+    }
+    if (iface_flush) {
+        pair_flush_iface(p);
+    } else {
+        pair_flush_ep(p);
+    }
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+}
+
+/* Invalid requests: a clear error status, nothing started, no crash. */
+static void sem_bad_input(pair_t *p)
+{
+    const uct_iface_attr_t *a = &p->attr;
+    uint8_t *buf              = p->buf + REGION_OFF;
+    uct_iov_t iov             = make_iov(p, buf, 4096), iov2[2];
+    uct_ep_params_t ep_params = {.field_mask = UCT_EP_PARAM_FIELD_IFACE,
+                                 .iface      = p->iface};
+    unpack_arg_t ua           = {.dst = buf, .len = a->cap.get.max_bcopy + 1};
+    uint64_t result;
+    uint8_t *bad_addr;
+    test_comp_t comp;
+    ucs_status_t st;
+    uct_ep_h ep2;
+
+    /* zcopy without memh on an md that needs one */
+    iov.memh = UCT_MEM_HANDLE_NULL;
+    test_comp_init(&comp, 1);
+    st =
+        uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf, p->rkey.rkey, &comp.uc);
+    test_comp_returned(&comp, st, "put_zcopy without memh");
+    CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+          "put_zcopy without memh returned %s", ucs_status_string(st));
+
+    /* get_bcopy larger than max_bcopy */
+    test_comp_init(&comp, 1);
+    st = uct_ep_get_bcopy(p->ep, unpack_cb, &ua, a->cap.get.max_bcopy + 1,
+                          p->remote_buf, p->rkey.rkey, &comp.uc);
+    test_comp_returned(&comp, st, "oversized get_bcopy");
+    CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+          "get_bcopy of max_bcopy+1 returned %s", ucs_status_string(st));
+
+    /* more iov entries than max_iov */
+    if (a->cap.put.max_iov < 2) {
+        iov2[0] = make_iov(p, buf, 64);
+        iov2[1] = make_iov(p, buf + 64, 64);
+        test_comp_init(&comp, 1);
+        st = uct_ep_put_zcopy(p->ep, iov2, 2, p->remote_buf, p->rkey.rkey,
+                              &comp.uc);
+        test_comp_returned(&comp, st, "put_zcopy with 2 iov entries");
+        CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+              "put_zcopy with %d > max_iov entries returned %s", 2,
+              ucs_status_string(st));
+    }
+
+    /* unsupported atomics */
+    if (!(a->cap.atomic64.op_flags & UCS_BIT(UCT_ATOMIC_OP_XOR))) {
+        CHECK_STATUS(uct_ep_atomic64_post(p->ep, UCT_ATOMIC_OP_XOR, 1,
+                                          p->remote_buf + 64, p->rkey.rkey),
+                     UCS_ERR_UNSUPPORTED);
+    }
+    if (!(a->cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_AND))) {
+        test_comp_init(&comp, 1);
+        st = uct_ep_atomic64_fetch(p->ep, UCT_ATOMIC_OP_AND, 1, &result,
+                                   p->remote_buf + 64, p->rkey.rkey, &comp.uc);
+        test_comp_returned(&comp, st, "atomic64_fetch(and)");
+        CHECK_STATUS(st, UCS_ERR_UNSUPPORTED);
+    }
+    if (!(a->cap.atomic32.op_flags & UCS_BIT(UCT_ATOMIC_OP_ADD))) {
+        CHECK_STATUS(uct_ep_atomic32_post(p->ep, UCT_ATOMIC_OP_ADD, 1,
+                                          p->remote_buf + 64, p->rkey.rkey),
+                     UCS_ERR_UNSUPPORTED);
+    }
+
+    /* an AM short larger than max_short */
+    st = uct_ep_am_short(p->ep, AM_ID_DATA, 0, buf, a->cap.am.max_short);
+    CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+          "am_short of 8+max_short bytes returned %s", ucs_status_string(st));
+
+    /* connecting to a corrupted endpoint address */
+    bad_addr = malloc(p->ep_addr_len);
+    CHECK(bad_addr != NULL, "out of memory");
+    CHECK_STATUS(uct_ep_create(&ep_params, &ep2), UCS_OK);
+    memcpy(bad_addr, p->peer_ep_addr, p->ep_addr_len);
+    bad_addr[0] ^= 0x5a; /* version of the address */
+    st = uct_ep_connect_to_ep(ep2, p->peer_dev_addr, (void *)bad_addr);
+    CHECK(UCS_STATUS_IS_ERR(st),
+          "connect_to_ep with a corrupted version byte returned %s",
+          ucs_status_string(st));
+    uct_ep_destroy(ep2);
+    CHECK_STATUS(uct_ep_create(&ep_params, &ep2), UCS_OK);
+    memcpy(bad_addr, p->peer_ep_addr, p->ep_addr_len);
+    memset(bad_addr + 8, 0xff, p->ep_addr_len - 8); /* QP addresses */
+    st = uct_ep_connect_to_ep(ep2, p->peer_dev_addr, (void *)bad_addr);
+    CHECK(UCS_STATUS_IS_ERR(st),
+          "connect_to_ep with garbage QP addresses returned %s",
+          ucs_status_string(st));
+    uct_ep_destroy(ep2);
+    free(bad_addr);
+
+    /* The connected endpoint is unharmed by all of that. */
+    CHECK(p->err_calls == 0, "error handler ran after bad input");
+    pair_flush_ep(p);
+}
+
+static void run_semantics(pair_t *p, const scenario_t *sc)
+{
+    unsigned step = 1;
+
+    sem_pending(p, step++);
+    sem_fence(p, step++);
+    sem_flush_many(p, step++, 0);
+    sem_flush_many(p, step++, 1);
+    if (p->is_initiator) {
+        sem_bad_input(p);
+    }
+    pair_end(p, step);
+    CHECK(p->err_calls == 0, "error handler ran %d times", p->err_calls);
+}
+
+/* ---------------------------------------------------------- fault steps */
+
+/* QPN of QP @a i in a packed endpoint address: an 8-byte header, then per
+ * QP a 12-byte software QP address (type, pid, instance, 24-bit QPN,
+ * big-endian), docs/devices.md. */
+static uint32_t ep_addr_qpn(const pair_t *p, unsigned i)
+{
+    const uint8_t *a = (const uint8_t *)p->own_ep_addr + 8 + 12 * i;
+
+    CHECK(8 + 12 * (i + 1) <= p->ep_addr_len, "no QP %u in the address", i);
+    CHECK(a[0] == 0x5f, "QP %u address type 0x%02x", i, a[0]);
+    return ((uint32_t)a[9] << 16) | ((uint32_t)a[10] << 8) | a[11];
+}
+
+static void run_faults(pair_t *p, const scenario_t *sc)
+{
+    const size_t size = 4 * MiB + 13;
+    unsigned step     = 1, r;
+
+    if (p->is_initiator) {
+        /* The faults name QPNs of a fresh device: slot i, generation 1. */
+        CHECK((ep_addr_qpn(p, 1) == 0x401) && (ep_addr_qpn(p, 2) == 0x402),
+              "data QPs are 0x%x/0x%x, the fault spec assumed 0x401/0x402",
+              ep_addr_qpn(p, 1), ep_addr_qpn(p, 2));
+    }
+    for (r = 0; r < 4; ++r) {
+        step_put(p, step, OP_PUT_ZCOPY, size, r & 1);
+        ++step;
+        step_get(p, step, OP_GET_ZCOPY, size);
+        ++step;
+    }
+    /* Striped traffic after the faults still works, small ops as well. */
+    step_put(p, step, OP_PUT_BCOPY, 1000, 0);
+    ++step;
+    step_am(p, step, OP_AM_BCOPY, 1000, 0);
+    ++step;
+    pair_end(p, step);
+    CHECK(p->err_calls == 0,
+          "error handler ran (%s) although QPs survived: the injected QP "
+          "error was visible to the user",
+          ucs_status_string(p->err_status));
+}
+
+/* ------------------------------------------------------- killed peer */
+
+#define KILL_OPS 12
+
+static void wait_peer_gone(pair_t *p)
+{
+    double deadline = pair_now() + 5.0;
+
+    CHECK(kill(p->peer_pid, SIGKILL) == 0, "kill(%d): %s", (int)p->peer_pid,
+          strerror(errno));
+    while (!((kill(p->peer_pid, 0) != 0) && (errno == ESRCH))) {
+        CHECK(pair_now() < deadline, "peer %d still exists after SIGKILL",
+              (int)p->peer_pid);
+        usleep(1000);
+    }
+}
+
+static void after_failure_checks(pair_t *p, double t0, const char *what)
+{
+    double deadline, detect = pair_now() - t0;
+    test_comp_t comp;
+    ucs_status_t st;
+    uct_iov_t iov = make_iov(p, p->buf + REGION_OFF, 4096);
+
+    /* Exactly once, for our endpoint, with an error. */
+    deadline = pair_now() + 0.3;
+    while (pair_now() < deadline) {
+        pair_progress(p);
+    }
+    CHECK(p->err_calls == 1, "%s: error handler ran %d times", what,
+          p->err_calls);
+    CHECK(p->err_ep == p->ep, "%s: error handler got ep %p, ours is %p", what,
+          (void *)p->err_ep, (void *)p->ep);
+    CHECK(UCS_STATUS_IS_ERR(p->err_status), "%s: handler status %s", what,
+          ucs_status_string(p->err_status));
+    printf("  %s: error handler once (%s) after %.3f s\n", what,
+           ucs_status_string(p->err_status), detect);
+
+    /* Later operations fail (now or through their completion). */
+    test_comp_init(&comp, 1);
+    st =
+        uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf, p->rkey.rkey, &comp.uc);
+    test_comp_returned(&comp, st, "put_zcopy after failure");
+    CHECK(st != UCS_OK, "%s: put_zcopy on the failed ep returned UCS_OK", what);
+    if (st == UCS_INPROGRESS) {
+        CHECK(pair_wait_int(p, &comp.calls, 1),
+              "%s: put_zcopy after failure never completed", what);
+        CHECK(UCS_STATUS_IS_ERR(comp.uc.status),
+              "%s: put_zcopy after failure completed with %s", what,
+              ucs_status_string(comp.uc.status));
+    }
+
+    /* flush(CANCEL), as UCP does on a failed lane, completes. */
+    test_comp_init(&comp, 1);
+    st = uct_ep_flush(p->ep, UCT_FLUSH_FLAG_CANCEL, &comp.uc);
+    test_comp_returned(&comp, st, "flush(CANCEL) after failure");
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS) || UCS_STATUS_IS_ERR(st),
+          "flush(CANCEL): %s", ucs_status_string(st));
+    if (st == UCS_INPROGRESS) {
+        CHECK(pair_wait_int(p, &comp.calls, 1),
+              "%s: flush(CANCEL) never completed", what);
+    }
+    CHECK(p->err_calls == 1, "%s: error handler ran %d times", what,
+          p->err_calls);
+}
+
+static void run_kill_busy(pair_t *p, const scenario_t *sc)
+{
+    const size_t size = 2 * MiB + 5;
+    test_comp_t comp[KILL_OPS];
+    unsigned i, accepted = 0, failed = 0;
+    uct_iov_t iov;
+    ucs_status_t st;
+    pair_msg_t msg;
+    double t0;
+
+    if (!p->is_initiator) {
+        pair_send(p, MSG_READY, 1, 0);
+        pair_recv(p, MSG_DONE, 1, &msg); /* killed before it comes */
+        CHECK(0, "the target was not killed");
+    }
+    pair_recv(p, MSG_READY, 1, &msg);
+    for (i = 0; i < KILL_OPS; ++i) {
+        iov = make_iov(p, p->buf + REGION_OFF, size);
+        test_comp_init(&comp[i], 1);
+        st = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                              p->rkey.rkey, &comp[i].uc);
+        test_comp_returned(&comp[i], st, "put_zcopy");
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+              "put_zcopy: %s", ucs_status_string(st));
+        if (st == UCS_INPROGRESS) {
+            ++accepted;
+        } else {
+            comp[i].calls = -1; /* not started */
+        }
+    }
+    CHECK(accepted > 0, "nothing accepted");
+    t0 = pair_now();
+    wait_peer_gone(p);
+    for (i = 0; i < KILL_OPS; ++i) {
+        if (comp[i].calls < 0) {
+            continue;
+        }
+        CHECK(pair_wait_int(p, &comp[i].calls, 1),
+              "operation %u of %u in flight at the kill never completed "
+              "(%.0f s)",
+              i, accepted, PAIR_WAIT_SEC);
+        failed += UCS_STATUS_IS_ERR(comp[i].uc.status);
+    }
+    CHECK(pair_wait_int(p, &p->err_calls, 1),
+          "error handler not called within %.0f s of the kill", PAIR_WAIT_SEC);
+    for (i = 0; i < KILL_OPS; ++i) {
+        CHECK(comp[i].calls <= 1, "operation %u completed %d times", i,
+              comp[i].calls);
+    }
+    CHECK(failed > 0,
+          "all %u operations in flight succeeded against a "
+          "killed peer",
+          accepted);
+    printf("  %u of %u operations in flight failed\n", failed, accepted);
+    after_failure_checks(p, t0, "killed peer with traffic");
+}
+
+static void run_kill_idle(pair_t *p, const scenario_t *sc)
+{
+    const char *env = getenv("UCT_PAIR_DEAD_PEER_SEC");
+    double limit    = (env != NULL) ? atof(env) : PAIR_WAIT_SEC;
+    pair_msg_t msg;
+    ucs_status_t st;
+    double t0, deadline;
+
+    if (!p->is_initiator) {
+        pair_send(p, MSG_READY, 1, 0);
+        pair_recv(p, MSG_DONE, 1, &msg);
+        CHECK(0, "the target was not killed");
+    }
+    pair_recv(p, MSG_READY, 1, &msg);
+    t0 = pair_now();
+    wait_peer_gone(p);
+    /* What UCP's keepalive does on a p2p lane. */
+    st = uct_ep_check(p->ep, 0, NULL);
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "uct_ep_check: %s",
+          ucs_status_string(st));
+    deadline = pair_now() + limit;
+    while ((p->err_calls == 0) && (pair_now() < deadline)) {
+        pair_progress(p);
+    }
+    CHECK(p->err_calls > 0,
+          "error handler not called within %.0f s after uct_ep_check on a "
+          "dead peer",
+          limit);
+    after_failure_checks(p, t0, "killed idle peer + ep_check");
+    st = uct_ep_check(p->ep, 0, NULL);
+    CHECK(!UCS_STATUS_IS_ERR(st) || (st == p->err_status),
+          "uct_ep_check after failure: %s", ucs_status_string(st));
+    pair_progress(p);
+    CHECK(p->err_calls == 1, "error handler ran %d times", p->err_calls);
+}
+
+/* --------------------------------------------------------------- driver */
+
+static int role_main(const scenario_t *sc, int initiator, int sock)
+{
+    am_state_t am;
+    pair_t p;
+
+    pair_role_name = initiator ? "initiator" : "target";
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (initiator && (sc->faults != NULL)) {
+        setenv("VQP_SW_FAULTS", sc->faults, 1);
+    } else {
+        unsetenv("VQP_SW_FAULTS");
+    }
+    pair_setup(&p, sc, initiator, sock, &am);
+    switch (sc->kind) {
+    case SC_MATRIX:
+        run_matrix(&p, sc);
+        break;
+    case SC_SEMANTICS:
+        run_semantics(&p, sc);
+        break;
+    case SC_FAULTS:
+        run_faults(&p, sc);
+        break;
+    case SC_KILL_BUSY:
+        run_kill_busy(&p, sc);
+        break;
+    case SC_KILL_IDLE:
+        run_kill_idle(&p, sc);
+        break;
+    case SC_FENCE_UNSIGNALED:
+        run_fence_unsignaled(&p, sc);
+        break;
+    }
+    pair_cleanup(&p);
+    return 0;
+}
+
+static int run_scenario(const scenario_t *sc)
+{
+    int kills = (sc->kind == SC_KILL_BUSY) || (sc->kind == SC_KILL_IDLE);
+    pid_t pids[2];
+    int sv[2], status[2] = {0, 0}, done[2] = {0, 0}, i, ok = 1;
+    double t0 = pair_now(), deadline = t0 + 120.0;
+
+    printf("%s ...\n", sc->name);
+    fflush(stdout);
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+        perror("socketpair");
+        return 0;
+    }
+    for (i = 0; i < 2; ++i) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            close(sv[1 - i]);
+            _exit(role_main(sc, i == 0, sv[i]));
+        }
+    }
+    close(sv[0]);
+    close(sv[1]);
+    while (!done[0] || !done[1]) {
+        for (i = 0; i < 2; ++i) {
+            if (!done[i] &&
+                (waitpid(pids[i], &status[i], WNOHANG) == pids[i])) {
+                done[i] = 1;
+            }
+        }
+        if (pair_now() > deadline) {
+            fprintf(stderr, "%s: HANG, killing the pair\n", sc->name);
+            for (i = 0; i < 2; ++i) {
+                if (!done[i]) {
+                    kill(pids[i], SIGKILL);
+                    waitpid(pids[i], &status[i], 0);
+                    done[i] = 1;
+                }
+            }
+            ok = 0;
+        }
+        usleep(2000);
+    }
+    for (i = 0; i < 2; ++i) {
+        int expect_kill = kills && (i == 1);
+
+        if (expect_kill
+                ? !(WIFSIGNALED(status[i]) && (WTERMSIG(status[i]) == SIGKILL))
+                : !(WIFEXITED(status[i]) && (WEXITSTATUS(status[i]) == 0))) {
+            fprintf(stderr, "%s: %s ended with status 0x%x\n", sc->name,
+                    i ? "target" : "initiator", status[i]);
+            ok = 0;
+        }
+    }
+    printf("%s: %s (%.2f s)\n", sc->name, ok ? "ok" : "FAILED",
+           pair_now() - t0);
+    fflush(stdout);
+    return ok;
+}
+
+static const size_t ci_sizes[]    = {1, 8, 4095, 65537, MiB + 13, 9 * MiB, 0};
+static const size_t ci_sizes_64[] = {65537, 9 * MiB + 3, 0};
+static const size_t full_sizes[]  = {1,
+                                     7,
+                                     8,
+                                     9,
+                                     64,
+                                     119,
+                                     120,
+                                     121,
+                                     128,
+                                     129,
+                                     1000,
+                                     4095,
+                                     4096,
+                                     4097,
+                                     8184,
+                                     8192,
+                                     8193,
+                                     65535,
+                                     65537,
+                                     256 * KiB + 1,
+                                     MiB,
+                                     MiB + 13,
+                                     3 * MiB + 1,
+                                     9 * MiB,
+                                     16 * MiB + 5,
+                                     33 * MiB - 1,
+                                     64 * MiB,
+                                     0};
+
+#define CI_BUF   (10 * MiB + BUF_SLACK)
+#define FULL_BUF (64 * MiB + BUF_SLACK)
+#define HEADROOM 24
+
+#define CFG(_qps, _lb, _frag, _thresh, _buf)                              \
+    {                                                                     \
+        .num_qps = _qps, .lb = _lb, .frag_size = _frag,                   \
+        .stripe_thresh = _thresh, .tx_queue_len = NULL, .buf_size = _buf, \
+        .rx_headroom = HEADROOM                                           \
+    }
+
+#define MATRIX(_name, _qps, _lb, _frag, _thresh, _buf, _sizes)       \
+    {                                                                \
+        .name = _name, .kind = SC_MATRIX,                            \
+        .cfg = CFG(_qps, _lb, _frag, _thresh, _buf), .sizes = _sizes \
+    }
+
+/* TODO(core bug, src/core/vqp_op.c:vqp_dispatch): a fenced operation waits
+ * for every earlier one to be reported, but an unsignaled WHOLE operation
+ * (put_short, or put_zcopy with comp NULL below the stripe threshold or on
+ * 1 QP) never gets a CQE of its own, so the fenced get is never dispatched:
+ * it hangs. Enable once fixed (UCT_PAIR_RUN_DISABLED=1 runs it now). */
+#define FENCE_TODO \
+    "TODO: fenced op after an unsignaled op never dispatched (core bug)"
+
+/* TODO(module bug, modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_check): after
+ * the peer was SIGKILLed with no traffic in flight, uct_ep_check(ep, 0, NULL)
+ * returns UCS_OK but the error handler is not called within 100 s (measured
+ * with UCT_PAIR_DEAD_PEER_SEC=100): UCP's keepalive on this p2p lane never
+ * detects an idle dead peer. */
+#define IDLE_KILL_TODO \
+    "TODO: ep_check never reports an idle killed peer (module bug)"
+
+#define SEMANTICS(_name, _qps, _lb, _headroom)        \
+    {                                                 \
+        .name = _name, .kind = SC_SEMANTICS, .cfg = { \
+            .num_qps       = _qps,                    \
+            .lb            = _lb,                     \
+            .frag_size     = "256k",                  \
+            .stripe_thresh = "64k",                   \
+            .tx_queue_len  = "16",                    \
+            .buf_size      = CI_BUF,                  \
+            .rx_headroom   = _headroom                \
+        }                                             \
+    }
+
+static const scenario_t ci_scenarios[] = {
+    MATRIX("matrix qps=1 dqplb", 1, "dqplb", "1m", "64k", CI_BUF, ci_sizes),
+    MATRIX("matrix qps=1 spray", 1, "spray", "1m", "64k", CI_BUF, ci_sizes),
+    MATRIX("matrix qps=4 dqplb frag=256k", 4, "dqplb", "256k", "64k", CI_BUF,
+           ci_sizes),
+    MATRIX("matrix qps=4 spray frag=1m", 4, "spray", "1m", "64k", CI_BUF,
+           ci_sizes),
+    MATRIX("matrix qps=64 dqplb frag=64k", 64, "dqplb", "64k", "64k", CI_BUF,
+           ci_sizes_64),
+    MATRIX("matrix qps=64 spray frag=64k", 64, "spray", "64k", "64k", CI_BUF,
+           ci_sizes_64),
+    SEMANTICS("semantics qps=4 dqplb tx_queue_len=16", 4, "dqplb", HEADROOM),
+    SEMANTICS("semantics qps=4 spray tx_queue_len=16", 4, "spray", 24),
+    SEMANTICS("semantics qps=1 spray tx_queue_len=16", 1, "spray", 0),
+    SEMANTICS("semantics qps=1 dqplb tx_queue_len=16", 1, "dqplb", 0),
+    {.name   = "injected QP errors qps=4 dqplb (kill QP 1, error on QP 2)",
+     .kind   = SC_FAULTS,
+     .cfg    = CFG(4, "dqplb", "256k", "64k", CI_BUF),
+     .faults = "kill=0x401,err=0x402:1:0x15"},
+    {.name   = "injected QP errors qps=4 spray (kill QP 1, error on QP 2)",
+     .kind   = SC_FAULTS,
+     .cfg    = CFG(4, "spray", "256k", "64k", CI_BUF),
+     .faults = "kill=0x401,err=0x402:1:0x15"},
+    {.name     = "fence after operations without completion qps=1",
+     .kind     = SC_FENCE_UNSIGNALED,
+     .cfg      = CFG(1, "dqplb", "256k", "64k", CI_BUF),
+     .disabled = FENCE_TODO},
+    {.name     = "fence after operations without completion qps=4",
+     .kind     = SC_FENCE_UNSIGNALED,
+     .cfg      = CFG(4, "dqplb", "256k", "64k", CI_BUF),
+     .disabled = FENCE_TODO},
+    {.name = "killed peer with traffic qps=4",
+     .kind = SC_KILL_BUSY,
+     .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
+    {.name     = "killed idle peer qps=4",
+     .kind     = SC_KILL_IDLE,
+     .cfg      = CFG(4, "dqplb", "256k", "64k", CI_BUF),
+     .disabled = IDLE_KILL_TODO},
+};
+
+static const char *full_lbs[]    = {"dqplb", "spray"};
+static const unsigned full_qps[] = {1, 4, 64};
+static const char *full_frags[]  = {"1m", "256k", "64k"};
+
+int main(int argc, char **argv)
+{
+    const char *only = NULL;
+    int full = 0, failed = 0, ran = 0, i, q, l;
+    unsigned n;
+    scenario_t sc;
+    char *name;
+
+    for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--full")) {
+            full = 1;
+        } else if (!strcmp(argv[i], "--only") && (i + 1 < argc)) {
+            only = argv[++i];
+        } else {
+            fprintf(stderr, "usage: %s [--full] [--only SUBSTRING]\n", argv[0]);
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    module_handle = dlopen(RC_VQP_MODULE, RTLD_NOW | RTLD_GLOBAL);
+    if (module_handle == NULL) {
+        fprintf(stderr, "dlopen(%s): %s\n", RC_VQP_MODULE, dlerror());
+        return 1;
+    }
+
+    if (!full) {
+        for (n = 0; n < sizeof(ci_scenarios) / sizeof(ci_scenarios[0]); ++n) {
+            if ((only != NULL) && !strstr(ci_scenarios[n].name, only)) {
+                continue;
+            }
+            if ((ci_scenarios[n].disabled != NULL) &&
+                (getenv("UCT_PAIR_RUN_DISABLED") == NULL)) {
+                printf("%s: DISABLED (%s)\n", ci_scenarios[n].name,
+                       ci_scenarios[n].disabled);
+                continue;
+            }
+            ++ran;
+            failed += !run_scenario(&ci_scenarios[n]);
+        }
+    } else {
+        for (q = 0; q < 3; ++q) {
+            for (l = 0; l < 2; ++l) {
+                for (i = 0; i < 3; ++i) {
+                    memset(&sc, 0, sizeof(sc));
+                    if (asprintf(&name, "full qps=%u %s frag=%s", full_qps[q],
+                                 full_lbs[l], full_frags[i]) < 0) {
+                        return 1;
+                    }
+                    sc.name  = name;
+                    sc.kind  = SC_MATRIX;
+                    sc.cfg   = (pair_config_t)CFG(full_qps[q], full_lbs[l],
+                                                  full_frags[i], "64k", FULL_BUF);
+                    sc.sizes = full_sizes;
+                    if ((only == NULL) || strstr(name, only)) {
+                        ++ran;
+                        failed += !run_scenario(&sc);
+                    }
+                    free(name);
+                }
+            }
+        }
+    }
+    printf("%d of %d scenarios failed\n", failed, ran);
+    return (failed > 0) || (ran == 0);
+}
