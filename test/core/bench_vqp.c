@@ -61,7 +61,8 @@
 #ifndef MAX_OPS
 #define MAX_OPS 4096u /* see docs/performance.md: SQ limit */
 #endif
-#define MAX_FRAGS    65536u /* fragments in flight, all QPs */
+#define CQ_ENTRIES   65536u /* the software device's largest CQ */
+#define MAX_RECVS    256u   /* vqp_params_default */
 #define POLL_BATCH   64u    /* completions asked per vqp_cq_poll */
 #define QP_TABLE     1024u  /* bare QPs by QPN low bits */
 #define DEVICE_STEPS 20000000u
@@ -70,7 +71,7 @@
 #define IDLE_POLLS (1u << 20)
 
 static const unsigned num_qps_list[] = {1, 16, 128, 1023};
-static const unsigned ops_list[]     = {1, 16, 256, 4096};
+static const unsigned ops_list[]     = {1, 16, 256, 1024, 4096};
 static const unsigned frags_list[]   = {1, 16};
 
 /* ------------------------------------------------------------ options */
@@ -230,18 +231,27 @@ static double now_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Median of many back-to-back timer pairs: robust to a busy neighbour. */
 static void timer_calibrate(void)
 {
-    const unsigned n = 100000;
-    double t0, t1, sum = 0;
+    enum { N = 20001 };
+    static double d[N];
+    double t0;
     unsigned i;
 
-    for (i = 0; i < n; ++i) {
-        t0 = now_ns();
-        t1 = now_ns();
-        sum += t1 - t0;
+    for (i = 0; i < N; ++i) {
+        t0   = now_ns();
+        d[i] = now_ns() - t0;
     }
-    timer_ovh = sum / n;
+    qsort(d, N, sizeof(d[0]), cmp_double);
+    timer_ovh = d[N / 2];
 }
 
 /* Phase accounting: time (timing run) or instructions (under callgrind). */
@@ -422,6 +432,26 @@ typedef struct result {
     unsigned wqes; /* WQEs per operation */
 } result_t;
 
+/* Fragments each data QP may have in flight: the largest power of two the
+ * core accepts on one CQ, which reserves room for every fragment-ring entry
+ * and every receive of its QPs (DQPLB data QPs keep 2 x max_outstanding
+ * receives; the SEND QP max(ring, max_ops) + max_recvs). */
+static uint32_t qp_cap(unsigned num_qps, unsigned max_ops)
+{
+    uint32_t cap = MAX_OPS, fixed;
+
+    if (num_qps == 1) {
+        return cap;
+    }
+    for (; cap > 1; cap /= 2) {
+        fixed = ucs_max(cap, ucs_roundup_pow2(max_ops)) + MAX_RECVS;
+        if ((uint64_t)num_qps * 3 * cap + fixed <= CQ_ENTRIES) {
+            break;
+        }
+    }
+    return cap;
+}
+
 static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
                              uint64_t frag_size)
 {
@@ -435,11 +465,11 @@ static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
     params.lb               = VQP_LB_DQPLB;
     params.frag_size        = frag_size;
     params.stripe_threshold = frag_size;
-    params.max_outstanding =
-        ucs_min(MAX_OPS, (MAX_FRAGS + num_qps - 1) / num_qps);
-    params.max_ops = MAX_OPS;
-    cq_open(a, MAX_FRAGS);
-    cq_open(b, MAX_FRAGS);
+    params.max_outstanding  = qp_cap(num_qps, MAX_OPS);
+    params.max_recvs        = MAX_RECVS;
+    params.max_ops          = MAX_OPS;
+    cq_open(a, CQ_ENTRIES);
+    cq_open(b, CQ_ENTRIES);
     params.cq = a->cq;
     status    = vqp_create(&params, &a->vqp);
     if (status != UCS_OK) {
@@ -548,8 +578,7 @@ typedef struct bare {
 /* N QPs on each side, sized as the core's data QPs, connected pairwise. */
 static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
 {
-    uint32_t cap =
-        ucs_roundup_pow2(ucs_min(MAX_OPS, (MAX_FRAGS + num_qps - 1) / num_qps));
+    uint32_t cap           = qp_cap(num_qps, MAX_OPS);
     vqp_dev_qp_init_t init = {0};
     vqp_dev_qp_addr_t remote;
     vqp_dev_qp_caps_t caps;
@@ -560,11 +589,8 @@ static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
 
     memset(bare, 0, sizeof(*bare));
     bare->num_qps = num_qps;
-    if (num_qps == 1) {
-        cap = MAX_OPS; /* the core's single QP also takes max_ops */
-    }
     for (j = 0; j < 2; ++j) {
-        if (vqp_dev_cq_create(s[j]->dev, MAX_FRAGS, &bare->dev_cq[j], &dvcq) !=
+        if (vqp_dev_cq_create(s[j]->dev, CQ_ENTRIES, &bare->dev_cq[j], &dvcq) !=
             UCS_OK) {
             die("bare CQ");
         }
@@ -790,11 +816,10 @@ static void bare_cycle_fn(void *arg, unsigned ops, phase_t *post, phase_t *comp)
 
 static int feasible(unsigned num_qps, unsigned ops, unsigned frags)
 {
-    uint32_t cap =
-        ucs_roundup_pow2(ucs_min(MAX_OPS, (MAX_FRAGS + num_qps - 1) / num_qps));
+    uint32_t cap  = qp_cap(num_qps, MAX_OPS);
     uint64_t wqes = (num_qps == 1) ? ops : (uint64_t)ops * frags;
 
-    return (ops <= MAX_OPS) && (wqes <= MAX_FRAGS) &&
+    return (ops <= MAX_OPS) && (wqes <= CQ_ENTRIES) &&
            ((num_qps == 1) || ((wqes + num_qps - 1) / num_qps <= cap));
 }
 
@@ -1021,20 +1046,23 @@ static void run_memory(void)
     vqp_t *vqp;
 
     printf("\nMemory per endpoint: one virtual QP, default parameters (DQPLB,"
-           " max_outstanding 128, max_ops 1024, max_recvs 256); bytes\n");
-    printf("%5s %5s | %10s %9s %10s %10s %9s %8s %8s | %10s | %10s | %10s"
-           " %9s\n",
-           "N", "QPs", "core heap", "fixed", "QP rings", "replay", "windows",
-           "slots", "wc ring", "measured", "dev queues", "core/QP",
+           " max_outstanding 128 or the largest that fits a CQ of %u,"
+           " max_ops 1024, max_recvs 256); bytes\n",
+           CQ_ENTRIES);
+    printf("%5s %5s %7s | %10s %9s %10s %10s %9s %8s %8s | %10s | %10s |"
+           " %10s %9s\n",
+           "N", "QPs", "max_out", "core heap", "fixed", "QP rings", "replay",
+           "windows", "slots", "wc ring", "measured", "dev queues", "core/QP",
            "queues/QP");
     side_open(&a, 4096);
-    cq_open(&a, 4096);
+    cq_open(&a, CQ_ENTRIES);
     for (i = 0; i < ucs_static_array_size(num_qps_list); ++i) {
         n = num_qps_list[i];
         vqp_params_default(&p);
-        p.num_qps  = n;
-        p.cq       = a.cq;
-        alloc_live = 0;
+        p.num_qps         = n;
+        p.cq              = a.cq;
+        p.max_outstanding = ucs_min(p.max_outstanding, qp_cap(n, p.max_ops));
+        alloc_live        = 0;
         alloc_start();
         if (vqp_create(&p, &vqp) != UCS_OK) {
             die("vqp_create(N=%u) with default parameters failed", n);
@@ -1045,18 +1073,20 @@ static void run_memory(void)
         total = core_mem_total(&m);
         dev_b = device_queue_bytes(vqp);
         snprintf(heap_s, sizeof(heap_s), "%ld", (long)heap);
-        printf("%5u %5u | %10zu %9zu %10zu %10zu %9zu %8zu %8zu | %10s |"
+        printf("%5u %5u %7u | %10zu %9zu %10zu %10zu %9zu %8zu %8zu | %10s |"
                " %10zu | %10zu %9zu\n",
-               n, vqp->num_pqps, total, m.fixed, m.pqps, m.replay, m.window,
-               m.slots, m.wc_ring, BENCH_COUNT_ALLOCS ? heap_s : "n/a", dev_b,
+               n, vqp->num_pqps, p.max_outstanding, total, m.fixed, m.pqps,
+               m.replay, m.window, m.slots, m.wc_ring,
+               BENCH_COUNT_ALLOCS ? heap_s : "n/a", dev_b,
                total / vqp->num_pqps, dev_b / vqp->num_pqps);
         json("{\"bench\":\"core\",\"metric\":\"memory\",\"n\":%u,"
-             "\"pqps\":%u,\"core_heap_bytes\":%zu,\"fixed\":%zu,"
+             "\"pqps\":%u,\"max_outstanding\":%u,\"core_heap_bytes\":%zu,"
+             "\"fixed\":%zu,"
              "\"qp_rings\":%zu,\"replay\":%zu,\"windows\":%zu,"
              "\"slots\":%zu,\"cq_wc_share\":%zu,\"device_queue_bytes\":%zu,"
              "\"measured_heap_bytes\":%ld,\"measured\":%s}",
-             n, vqp->num_pqps, total, m.fixed, m.pqps, m.replay, m.window,
-             m.slots, m.wc_ring, dev_b, (long)heap,
+             n, vqp->num_pqps, p.max_outstanding, total, m.fixed, m.pqps,
+             m.replay, m.window, m.slots, m.wc_ring, dev_b, (long)heap,
              BENCH_COUNT_ALLOCS ? "true" : "false");
         vqp_destroy(vqp);
     }
