@@ -59,7 +59,8 @@ typedef enum {
     SC_FAULTS,
     SC_KILL_BUSY,
     SC_KILL_IDLE,
-    SC_FENCE_UNSIGNALED
+    SC_FENCE_UNSIGNALED,
+    SC_AM_NULL
 } sc_kind_t;
 
 typedef struct scenario {
@@ -436,7 +437,9 @@ static int op_fits(const pair_t *p, op_t op, size_t size)
     case OP_AM_SHORT_IOV:
         /* Below 8 bytes UCX's generic am_short_iov pads the header with
          * zeros: the receiver sees 8 bytes, which is not what was sent. */
-        return (size >= 8) && (size <= a->cap.am.max_short);
+        /* Exactly 8 bytes: see AM_NULL_TODO (scenario "am_short_iov of 8
+         * bytes"); excluded here so that the matrix runs under UBSan. */
+        return (size > 8) && (size <= a->cap.am.max_short);
     case OP_AM_BCOPY:
         return size <= a->cap.am.max_bcopy;
     case OP_AM_ZCOPY:
@@ -1322,6 +1325,11 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     case SC_FENCE_UNSIGNALED:
         run_fence_unsignaled(&p, sc);
         break;
+    case SC_AM_NULL:
+        /* UCX's generic am_short_iov sends 8 bytes as header + (NULL, 0) */
+        step_am(&p, 1, OP_AM_SHORT_IOV, 8, 0);
+        pair_end(&p, 2);
+        break;
     }
     pair_cleanup(&p);
     return 0;
@@ -1450,6 +1458,14 @@ static const size_t full_sizes[]  = {1,
 #define IDLE_KILL_TODO \
     "TODO: ep_check never reports an idle killed peer (module bug)"
 
+/* TODO(module bug, modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_am_short): an
+ * am_short with payload (NULL, 0), which UCX's uct_base_ep_am_short_iov
+ * passes for an 8-byte iov, reaches memcpy(data + 8, NULL, 0): undefined
+ * behaviour, UBSan in the ASan build stops the process ("null pointer passed
+ * as argument 2"). */
+#define AM_NULL_TODO \
+    "TODO: am_short memcpy from NULL payload, UBSan error (module bug)"
+
 #define SEMANTICS(_name, _qps, _lb, _headroom)        \
     {                                                 \
         .name = _name, .kind = SC_SEMANTICS, .cfg = { \
@@ -1494,6 +1510,10 @@ static const scenario_t ci_scenarios[] = {
      .kind     = SC_FENCE_UNSIGNALED,
      .cfg      = CFG(4, "dqplb", "256k", "64k", CI_BUF),
      .disabled = FENCE_TODO},
+    {.name     = "am_short_iov of 8 bytes (am_short with NULL, 0 payload)",
+     .kind     = SC_AM_NULL,
+     .cfg      = CFG(1, "dqplb", "256k", "64k", CI_BUF),
+     .disabled = AM_NULL_TODO},
     {.name = "killed peer with traffic qps=4",
      .kind = SC_KILL_BUSY,
      .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
