@@ -1271,6 +1271,14 @@ static void run_kill_idle(pair_t *p, const scenario_t *sc)
     pair_recv(p, MSG_READY, 1, &msg);
     t0 = pair_now();
     wait_peer_gone(p);
+    if (getenv("UCT_PAIR_IDLE_PROBE_PUT") != NULL) {
+        /* Diagnostic: an 8-byte put instead of the keepalive probe. */
+        uint64_t v = 1;
+
+        st =
+            uct_ep_put_short(p->ep, &v, sizeof(v), p->remote_buf, p->rkey.rkey);
+        CHECK_STATUS(st, UCS_OK);
+    }
     /* What UCP's keepalive does on a p2p lane. */
     st = uct_ep_check(p->ep, 0, NULL);
     CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "uct_ep_check: %s",
