@@ -932,6 +932,9 @@ static void run_num_qps(unsigned num_qps)
         for (ki = 0; ki < ucs_static_array_size(ops_list); ++ki) {
             if (!feasible(num_qps, ops_list[ki], frags_list[fi]) ||
                 (opt.quick && (ki % 2 == 1)) ||
+                /* counts are flat in K: spare the slow simulation */
+                (opt.insn && (ops_list[ki] != 1) && (ops_list[ki] != 256) &&
+                 (ops_list[ki] != 4096)) ||
                 (opt.only[1] && (opt.only[1] != ops_list[ki])) ||
                 (opt.only[2] && (opt.only[2] != frags_list[fi]))) {
                 continue;
