@@ -76,7 +76,9 @@ static void *module_handle;
 
 /* ------------------------------------------------------ receive side (AM) */
 
-#define MAX_KEPT 64
+#define MAX_KEPT    64
+#define FLOOD_MAGIC 0xf100df100df100dull
+#define FLOOD_COUNT 2000
 
 typedef struct am_state {
     op_t op;
@@ -90,6 +92,7 @@ typedef struct am_state {
     size_t headroom;
     int nkept;
     int desc_seen;
+    int flood; /* sem_am_flood: sequence numbers in order */
     void *kept[MAX_KEPT];
     size_t kept_len[MAX_KEPT];
     uint8_t kept_first[MAX_KEPT];
@@ -121,6 +124,26 @@ static ucs_status_t am_handler(void *arg, void *data, size_t length,
     uint64_t hdr;
     long bad = -1;
 
+    if (s->flood) {
+        uint64_t seq;
+
+        if ((length != 16) || (memcpy(&hdr, d, 8), hdr != FLOOD_MAGIC)) {
+            s->bad = 1;
+            snprintf(s->why, sizeof(s->why), "flood: message %d: %zu bytes",
+                     s->count, length);
+        } else {
+            memcpy(&seq, d + 8, 8);
+            if ((seq != (uint64_t)s->count) && !s->bad) {
+                s->bad = 1;
+                snprintf(s->why, sizeof(s->why),
+                         "flood: message %d carries sequence %lu (lost, "
+                         "duplicated or reordered)",
+                         s->count, (unsigned long)seq);
+            }
+        }
+        ++s->count;
+        return UCS_OK;
+    }
     ++s->count;
     if (length != am_expected_len(s)) {
         s->bad = 1;
@@ -1074,6 +1097,59 @@ static void sem_bad_input(pair_t *p)
     pair_flush_ep(p);
 }
 
+/* Many AMs while the target does not progress: the sender must get
+ * NO_RESOURCE (not overrun the receiver), and every message must arrive
+ * exactly once and in order (UCP's tag matching relies on FIFO per ep). */
+static void sem_am_flood(pair_t *p, unsigned step)
+{
+    am_state_t *s   = p->am_state;
+    unsigned no_res = 0;
+    double deadline;
+    pair_msg_t msg;
+    ucs_status_t st;
+    uint64_t i;
+
+    if (!p->is_initiator) {
+        s->flood = 1;
+        s->count = 0;
+        s->bad   = 0;
+        pair_send(p, MSG_READY, step, 0);
+        usleep(200000); /* no progress: receive buffers run out */
+        deadline = pair_now() + PAIR_WAIT_SEC;
+        while ((s->count < FLOOD_COUNT) && (pair_now() < deadline)) {
+            pair_progress(p);
+        }
+        CHECK(s->count == FLOOD_COUNT, "flood: %d of %d messages arrived",
+              s->count, FLOOD_COUNT);
+        CHECK(!s->bad, "%s", s->why);
+        pair_recv(p, MSG_DONE, step, &msg);
+        s->flood = 0;
+        pair_send(p, MSG_VERDICT, step, 0);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    for (i = 0; i < FLOOD_COUNT; ++i) {
+        deadline = pair_now() + PAIR_WAIT_SEC;
+        while ((st = uct_ep_am_short(p->ep, AM_ID_DATA, FLOOD_MAGIC, &i,
+                                     sizeof(i))) == UCS_ERR_NO_RESOURCE) {
+            ++no_res;
+            CHECK(pair_now() < deadline, "flood: NO_RESOURCE for %.0f s",
+                  PAIR_WAIT_SEC);
+            pair_progress(p);
+        }
+        CHECK_STATUS(st, UCS_OK);
+    }
+    CHECK(no_res > 0,
+          "flood: %d AMs to a target that did not progress "
+          "never returned NO_RESOURCE",
+          FLOOD_COUNT);
+    pair_flush_ep(p);
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+    CHECK(p->err_calls == 0, "flood: error handler ran (%s)",
+          ucs_status_string(p->err_status));
+}
+
 static void run_semantics(pair_t *p, const scenario_t *sc)
 {
     unsigned step = 1;
@@ -1082,6 +1158,7 @@ static void run_semantics(pair_t *p, const scenario_t *sc)
     sem_fence(p, step++);
     sem_flush_many(p, step++, 0);
     sem_flush_many(p, step++, 1);
+    sem_am_flood(p, step++);
     if (p->is_initiator) {
         sem_bad_input(p);
     }
