@@ -401,7 +401,9 @@ ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
         return UCS_ERR_NO_RESOURCE;
     }
     memcpy(data, &hdr, sizeof(hdr));
-    memcpy(data + sizeof(hdr), buffer, length);
+    if (length != 0) { /* am_short_iov passes (NULL, 0) for a bare header */
+        memcpy(data + sizeof(hdr), buffer, length);
+    }
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, 0, VQP_SEND_INLINE, data,
                        sizeof(data), 0, 0, 0);
     wr.imm = uct_rc_vqp_ep_am_imm(ep, id);

@@ -27,6 +27,10 @@
 #define VQP_DQPLB_ABORT 0x40000000u
 #define VQP_DQPLB_END   0x20000000u
 
+/* Internal operation flag next to the user's VQP_SEND_* ones: the NOPs that
+ * let a fenced operation's predecessors complete were posted. */
+#define VQP_OP_FENCE_ARMED 0x80u
+
 typedef enum vqp_frag_kind {
     VQP_FRAG_DATA,   /* one fragment of a striped WRITE / WRITE_IMM / READ */
     VQP_FRAG_WHOLE,  /* a whole unstriped operation on one QP */

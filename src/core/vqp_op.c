@@ -387,6 +387,48 @@ static void vqp_post_notifies(vqp_t *vqp)
     }
 }
 
+/* A fenced operation waits for all earlier ones. Those whose last WQE on a
+ * QP is unsignaled would wait for a CQE that only a later post brings: post
+ * one signaled NOP on every such QP, once per fenced operation. The NOPs
+ * belong to no operation (their completion only covers earlier WQEs). */
+static void vqp_fence_arm(vqp_t *vqp, vqp_op_t *op)
+{
+    vqp_frag_t *frag;
+    vqp_pqp_t *pqp;
+    unsigned i;
+    int ret;
+
+    if (op->flags & VQP_OP_FENCE_ARMED) {
+        return;
+    }
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        pqp = &vqp->qps[i];
+        if (!pqp->alive || (pqp->frag_head == pqp->frag_tail)) {
+            continue;
+        }
+        if (!vqp_pqp_has_room(pqp)) {
+            return; /* tried again at the next dispatch */
+        }
+    }
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        pqp = &vqp->qps[i];
+        if (!pqp->alive || (pqp->frag_head == pqp->frag_tail)) {
+            continue;
+        }
+        ret = vqp_mlx5_post_nop(&pqp->tx, VQP_MLX5_SIGNALED);
+        if (ret < 0) {
+            ucs_warn("vqp %p: QP 0x%x: fence NOP refused: %s", vqp, pqp->qpn,
+                     ucs_status_string((ucs_status_t)ret));
+            continue;
+        }
+        frag       = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+        frag->op   = UINT32_MAX;
+        frag->kind = VQP_FRAG_NOP;
+        frag->wqe  = (uint16_t)ret;
+    }
+    op->flags |= VQP_OP_FENCE_ARMED;
+}
+
 static void vqp_dispatch(vqp_t *vqp)
 {
     vqp_frag_t *f;
@@ -420,7 +462,10 @@ static void vqp_dispatch(vqp_t *vqp)
     while (vqp->op_disp != vqp->op_tail) {
         op = VQP_OP(vqp, vqp->op_disp);
         if ((op->flags & VQP_SEND_FENCE) && (vqp->op_head != vqp->op_disp)) {
-            break; /* starts only after everything before it completed */
+            /* Starts only after everything before it completed; earlier
+             * unsignaled WQEs need a CQE to cover them. */
+            vqp_fence_arm(vqp, op);
+            break;
         }
         if (!vqp_dispatch_op(vqp, vqp->op_disp)) {
             break;
@@ -611,6 +656,11 @@ void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe)
 
 static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
 {
+    if (wr->flags &
+        ~(unsigned)(VQP_SEND_SIGNALED | VQP_SEND_FENCE | VQP_SEND_INLINE)) {
+        ucs_error("vqp %p: unknown send flags 0x%x", vqp, wr->flags);
+        return UCS_ERR_INVALID_PARAM;
+    }
     switch (wr->opcode) {
     case VQP_OP_WRITE:
     case VQP_OP_WRITE_IMM:

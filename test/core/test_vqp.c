@@ -587,6 +587,36 @@ static void test_fence(void **state)
     pair_destroy(&p);
 }
 
+/* A fence after operations that asked for no completion: their WQEs get no
+ * CQE of their own, yet the fenced operation must start (and see them). */
+static void test_fence_after_unsignaled(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, 8192, 6);
+    memset(p.b.buf, 0, 8192);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 64);
+    wr.flags = VQP_SEND_INLINE; /* like put_short: no completion */
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 64, 64, 4000);
+    wr.flags = 0; /* like put_zcopy without a completion */
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_READ, 3, 4096, 0, 4064);
+    wr.flags |= VQP_SEND_FENCE;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 3);
+    assert_int_equal(p.a.wcs[0].status, UCS_OK);
+    assert_memory_equal(p.a.buf + 4096, p.a.buf, 4064);
+    /* Unknown flags are refused. */
+    wr.flags = 0x40;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    pair_destroy(&p);
+}
+
 /* One data QP fails: its fragments are replayed on the others, the user
  * sees only successes, with the data in place. */
 static void run_qp_failure(vqp_lb_t lb)
@@ -1060,6 +1090,7 @@ int main(void)
         cmocka_unit_test(test_unsignaled_and_flush),
         cmocka_unit_test(test_unsignaled_and_flush_1qp),
         cmocka_unit_test(test_fence),
+        cmocka_unit_test(test_fence_after_unsignaled),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_all_qps_fail),
