@@ -1587,6 +1587,11 @@ static const scenario_t ci_scenarios[] = {
      .kind   = SC_FAULTS,
      .cfg    = CFG(4, "spray", "256k", "64k", CI_BUF),
      .faults = "kill=0x401,err=0x402:1:0x15"},
+    {.name   = "injected QP errors qps=64 dqplb frag=64k (kill QP 1, error "
+               "on QP 2)",
+     .kind   = SC_FAULTS,
+     .cfg    = CFG(64, "dqplb", "64k", "64k", CI_BUF),
+     .faults = "kill=0x401,err=0x402:1:0x15"},
     {.name     = "fence after operations without completion qps=1",
      .kind     = SC_FENCE_UNSIGNALED,
      .cfg      = CFG(1, "dqplb", "256k", "64k", CI_BUF),
