@@ -1150,6 +1150,45 @@ static void sem_am_flood(pair_t *p, unsigned step)
           ucs_status_string(p->err_status));
 }
 
+/* Destroying an endpoint with operations in flight completes each of them
+ * once (UCT: canceled), without an error-handler call. Last step: the ep is
+ * gone afterwards. */
+static void sem_destroy_in_flight(pair_t *p)
+{
+    test_comp_t comp[4];
+    uct_iov_t iov = make_iov(p, p->buf + REGION_OFF, MiB + 13);
+    unsigned i, accepted = 0;
+    ucs_status_t st;
+    int k;
+
+    for (i = 0; i < 4; ++i) {
+        test_comp_init(&comp[i], 1);
+        st = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                              p->rkey.rkey, &comp[i].uc);
+        test_comp_returned(&comp[i], st, "put_zcopy before destroy");
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+              "put_zcopy: %s", ucs_status_string(st));
+        if (st == UCS_INPROGRESS) {
+            ++accepted;
+        } else {
+            comp[i].calls = -1;
+        }
+    }
+    CHECK(accepted > 0, "nothing accepted");
+    uct_ep_destroy(p->ep);
+    p->ep = NULL;
+    for (k = 0; k < 64; ++k) {
+        pair_progress(p);
+    }
+    for (i = 0; i < 4; ++i) {
+        CHECK((comp[i].calls < 0) || (comp[i].calls == 1),
+              "operation %u in flight at ep_destroy completed %d times", i,
+              comp[i].calls);
+    }
+    CHECK(p->err_calls == 0, "ep_destroy ran the error handler (%s)",
+          ucs_status_string(p->err_status));
+}
+
 static void run_semantics(pair_t *p, const scenario_t *sc)
 {
     unsigned step = 1;
@@ -1162,8 +1201,12 @@ static void run_semantics(pair_t *p, const scenario_t *sc)
     if (p->is_initiator) {
         sem_bad_input(p);
     }
-    pair_end(p, step);
+    pair_end(p, step++);
     CHECK(p->err_calls == 0, "error handler ran %d times", p->err_calls);
+    if (p->is_initiator) {
+        sem_destroy_in_flight(p);
+    }
+    pair_end(p, step);
 }
 
 /* ---------------------------------------------------------- fault steps */
