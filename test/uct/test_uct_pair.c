@@ -1322,6 +1322,8 @@ static void run_kill_busy(pair_t *p, const scenario_t *sc)
 {
     const size_t size = 2 * MiB + 5;
     test_comp_t comp[KILL_OPS];
+    unpack_arg_t ua[KILL_OPS]  = {};
+    uint64_t results[KILL_OPS] = {};
     unsigned i, accepted = 0, failed = 0;
     uct_iov_t iov;
     ucs_status_t st;
@@ -1335,13 +1337,35 @@ static void run_kill_busy(pair_t *p, const scenario_t *sc)
     }
     pair_recv(p, MSG_READY, 1, &msg);
     for (i = 0; i < KILL_OPS; ++i) {
-        iov = make_iov(p, p->buf + REGION_OFF, size);
+        /* A mix: striped puts and gets, a get_bcopy, a fetch-add. */
         test_comp_init(&comp[i], 1);
-        st = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
-                              p->rkey.rkey, &comp[i].uc);
-        test_comp_returned(&comp[i], st, "put_zcopy");
+        switch (i % 4) {
+        case 0:
+            iov = make_iov(p, p->buf + REGION_OFF, size);
+            st  = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                                   p->rkey.rkey, &comp[i].uc);
+            break;
+        case 1:
+            iov = make_iov(p, p->buf + REGION_OFF + 3 * MiB, size);
+            st  = uct_ep_get_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                                   p->rkey.rkey, &comp[i].uc);
+            break;
+        case 2:
+            ua[i].dst = p->buf + REGION_OFF + 6 * MiB + i * 4096;
+            ua[i].len = 4096;
+            st        = uct_ep_get_bcopy(p->ep, unpack_cb, &ua[i], 4096,
+                                         p->remote_buf + REGION_OFF, p->rkey.rkey,
+                                         &comp[i].uc);
+            break;
+        default:
+            st = uct_ep_atomic64_fetch(p->ep, UCT_ATOMIC_OP_ADD, 1, &results[i],
+                                       p->remote_buf + 64, p->rkey.rkey,
+                                       &comp[i].uc);
+            break;
+        }
+        test_comp_returned(&comp[i], st, "operation before the kill");
         CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
-              "put_zcopy: %s", ucs_status_string(st));
+              "operation %u before the kill: %s", i, ucs_status_string(st));
         if (st == UCS_INPROGRESS) {
             ++accepted;
         } else {
