@@ -14,7 +14,9 @@
 #   -q  quick: a tenth of the iterations (a smoke run, not for numbers)
 # Environment: UCX_RC_VQP_* apply to rc_vqp runs and are recorded;
 #   UCX_PERFTEST (default ucx_perftest); BENCH_PIN=1 pins server and client
-#   to CPUs 0 and 1; BENCH_TIMEOUT seconds per process (default 30).
+#   to CPUs 0 and 1; BENCH_TIMEOUT seconds per process (default 30);
+#   BENCH_COMMIT names the module's source commit when the tree running this
+#   is not the one it was built from (default: this tree's HEAD).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -248,8 +250,9 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 vqp_config=$(LD_PRELOAD=$module ucx_info -c 2>/dev/null | grep '^UCX_RC_VQP_' || true)
 num_qps=$(sed -n 's/^UCX_RC_VQP_NUM_QPS=//p' <<<"$vqp_config")
 ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -1)
-commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git -C "$top" status --porcelain -- modules src 2>/dev/null)" ]; then
+commit=${BENCH_COMMIT:-$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if [ -z "${BENCH_COMMIT:-}" ] &&
+    [ -n "$(git -C "$top" status --porcelain -- modules src 2>/dev/null)" ]; then
     commit="$commit+dirty"
 fi
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
