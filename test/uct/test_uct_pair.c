@@ -1228,12 +1228,6 @@ static void run_faults(pair_t *p, const scenario_t *sc)
     const size_t size = 4 * MiB + 13;
     unsigned step     = 1, r;
 
-    if (p->is_initiator) {
-        /* The faults name QPNs of a fresh device: slot i, generation 1. */
-        CHECK((ep_addr_qpn(p, 1) == 0x401) && (ep_addr_qpn(p, 2) == 0x402),
-              "data QPs are 0x%x/0x%x, the fault spec assumed 0x401/0x402",
-              ep_addr_qpn(p, 1), ep_addr_qpn(p, 2));
-    }
     for (r = 0; r < 4; ++r) {
         step_put(p, step, OP_PUT_ZCOPY, size, r & 1);
         ++step;
@@ -1458,6 +1452,12 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
         unsetenv("VQP_SW_FAULTS");
     }
     pair_setup(&p, sc, initiator, sock, &am);
+    if (initiator && (sc->faults != NULL)) {
+        /* FAULTS_QP12 names QPNs of a fresh device: slot i, generation 1. */
+        CHECK((ep_addr_qpn(&p, 1) == 0x401) && (ep_addr_qpn(&p, 2) == 0x402),
+              "data QPs are 0x%x/0x%x, the fault spec assumed 0x401/0x402",
+              ep_addr_qpn(&p, 1), ep_addr_qpn(&p, 2));
+    }
     switch (sc->kind) {
     case SC_MATRIX:
         run_matrix(&p, sc);
@@ -1618,6 +1618,11 @@ static const size_t full_sizes[]  = {1,
 #define AM_NULL_TODO \
     "TODO: am_short memcpy from NULL payload, UBSan error (module bug)"
 
+/* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
+ * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
+ * QP 2 fails its second WQE with "retry exceeded" (0x15). */
+#define FAULTS_QP12 "kill=0x401,err=0x402:1:0x15"
+
 #define SEMANTICS(_name, _qps, _lb, _headroom)        \
     {                                                 \
         .name = _name, .kind = SC_SEMANTICS, .cfg = { \
@@ -1646,19 +1651,29 @@ static const scenario_t ci_scenarios[] = {
     SEMANTICS("semantics qps=4 spray tx_queue_len=16", 4, "spray", 24),
     SEMANTICS("semantics qps=1 spray tx_queue_len=16", 1, "spray", 0),
     SEMANTICS("semantics qps=1 dqplb tx_queue_len=16", 1, "dqplb", 0),
+    {.name   = "matrix qps=4 dqplb frag=256k + injected QP errors",
+     .kind   = SC_MATRIX,
+     .cfg    = CFG(4, "dqplb", "256k", "64k", CI_BUF),
+     .sizes  = ci_sizes,
+     .faults = FAULTS_QP12},
+    {.name   = "matrix qps=4 spray frag=256k + injected QP errors",
+     .kind   = SC_MATRIX,
+     .cfg    = CFG(4, "spray", "256k", "64k", CI_BUF),
+     .sizes  = ci_sizes,
+     .faults = FAULTS_QP12},
     {.name   = "injected QP errors qps=4 dqplb (kill QP 1, error on QP 2)",
      .kind   = SC_FAULTS,
      .cfg    = CFG(4, "dqplb", "256k", "64k", CI_BUF),
-     .faults = "kill=0x401,err=0x402:1:0x15"},
+     .faults = FAULTS_QP12},
     {.name   = "injected QP errors qps=4 spray (kill QP 1, error on QP 2)",
      .kind   = SC_FAULTS,
      .cfg    = CFG(4, "spray", "256k", "64k", CI_BUF),
-     .faults = "kill=0x401,err=0x402:1:0x15"},
+     .faults = FAULTS_QP12},
     {.name   = "injected QP errors qps=64 dqplb frag=64k (kill QP 1, error "
                "on QP 2)",
      .kind   = SC_FAULTS,
      .cfg    = CFG(64, "dqplb", "64k", "64k", CI_BUF),
-     .faults = "kill=0x401,err=0x402:1:0x15"},
+     .faults = FAULTS_QP12},
     {.name     = "fence after operations without completion qps=1",
      .kind     = SC_FENCE_UNSIGNALED,
      .cfg      = CFG(1, "dqplb", "256k", "64k", CI_BUF),
@@ -1743,6 +1758,30 @@ int main(int argc, char **argv)
                     }
                     free(name);
                 }
+            }
+        }
+    }
+    if (full) {
+        for (q = 1; q < 3; ++q) {
+            for (l = 0; l < 2; ++l) {
+                memset(&sc, 0, sizeof(sc));
+                if (asprintf(&name,
+                             "full qps=%u %s frag=256k + injected QP "
+                             "errors",
+                             full_qps[q], full_lbs[l]) < 0) {
+                    return 1;
+                }
+                sc.name   = name;
+                sc.kind   = SC_MATRIX;
+                sc.cfg    = (pair_config_t)CFG(full_qps[q], full_lbs[l], "256k",
+                                               "64k", FULL_BUF);
+                sc.sizes  = full_sizes;
+                sc.faults = FAULTS_QP12;
+                if ((only == NULL) || strstr(name, only)) {
+                    ++ran;
+                    failed += !run_scenario(&sc);
+                }
+                free(name);
             }
         }
     }
