@@ -1189,6 +1189,60 @@ static void sem_destroy_in_flight(pair_t *p)
           ucs_status_string(p->err_status));
 }
 
+/* flush(CANCEL) with operations in flight: every operation completes once
+ * (done or canceled), the flush completes once, nothing hangs; the ep is
+ * unusable afterwards and is destroyed. Last step. */
+static void sem_cancel_in_flight(pair_t *p)
+{
+    test_comp_t comp[4], fcomp;
+    uct_iov_t iov = make_iov(p, p->buf + REGION_OFF, MiB + 13);
+    unsigned i, accepted = 0;
+    ucs_status_t st;
+    int k;
+
+    for (i = 0; i < 4; ++i) {
+        test_comp_init(&comp[i], 1);
+        st = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                              p->rkey.rkey, &comp[i].uc);
+        test_comp_returned(&comp[i], st, "put_zcopy before flush(CANCEL)");
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+              "put_zcopy: %s", ucs_status_string(st));
+        if (st == UCS_INPROGRESS) {
+            ++accepted;
+        } else {
+            comp[i].calls = -1;
+        }
+    }
+    CHECK(accepted > 0, "nothing accepted");
+    test_comp_init(&fcomp, 1);
+    st = uct_ep_flush(p->ep, UCT_FLUSH_FLAG_CANCEL, &fcomp.uc);
+    test_comp_returned(&fcomp, st, "flush(CANCEL)");
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "flush(CANCEL): %s",
+          ucs_status_string(st));
+    if (st == UCS_INPROGRESS) {
+        CHECK(pair_wait_int(p, &fcomp.calls, 1),
+              "flush(CANCEL) with %u operations in flight never completed",
+              accepted);
+    }
+    for (k = 0; k < 64; ++k) {
+        pair_progress(p);
+    }
+    CHECK(fcomp.calls <= 1, "flush(CANCEL) completed %d times", fcomp.calls);
+    for (i = 0; i < 4; ++i) {
+        CHECK((comp[i].calls < 0) || (comp[i].calls == 1),
+              "operation %u in flight at flush(CANCEL) completed %d times "
+              "(status %s)",
+              i, comp[i].calls, ucs_status_string(comp[i].uc.status));
+        CHECK((comp[i].calls < 0) || (comp[i].uc.status == UCS_OK) ||
+                  (comp[i].uc.status == UCS_ERR_CANCELED),
+              "operation %u completed with %s after flush(CANCEL)", i,
+              ucs_status_string(comp[i].uc.status));
+    }
+    CHECK(p->err_calls <= 1, "error handler ran %d times", p->err_calls);
+    uct_ep_destroy(p->ep);
+    p->ep = NULL;
+}
+
 static void run_semantics(pair_t *p, const scenario_t *sc)
 {
     unsigned step = 1;
@@ -1203,7 +1257,9 @@ static void run_semantics(pair_t *p, const scenario_t *sc)
     }
     pair_end(p, step++);
     CHECK(p->err_calls == 0, "error handler ran %d times", p->err_calls);
-    if (p->is_initiator) {
+    if (p->is_initiator && !strcmp(sc->cfg.lb, "spray")) {
+        sem_cancel_in_flight(p);
+    } else if (p->is_initiator) {
         sem_destroy_in_flight(p);
     }
     pair_end(p, step);
