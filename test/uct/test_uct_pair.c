@@ -460,9 +460,7 @@ static int op_fits(const pair_t *p, op_t op, size_t size)
     case OP_AM_SHORT_IOV:
         /* Below 8 bytes UCX's generic am_short_iov pads the header with
          * zeros: the receiver sees 8 bytes, which is not what was sent. */
-        /* Exactly 8 bytes: see AM_NULL_TODO (scenario "am_short_iov of 8
-         * bytes"); excluded here so that the matrix runs under UBSan. */
-        return (size > 8) && (size <= a->cap.am.max_short);
+        return (size >= 8) && (size <= a->cap.am.max_short);
     case OP_AM_BCOPY:
         return size <= a->cap.am.max_bcopy;
     case OP_AM_ZCOPY:
@@ -884,8 +882,9 @@ static void sem_fence_put_get(pair_t *p, unsigned step, uint8_t *src,
     pair_flush_ep(p);
 }
 
-/* Repro (see the scenario's TODO): put_short / put_zcopy without a
- * completion, fence, then a get: the get must complete and see the data. */
+/* put_short / put_zcopy without a completion, fence, then a get: the get
+ * must complete and see the data (once hung: the fenced get waited for
+ * operations that never get a CQE of their own). */
 static void run_fence_unsignaled(pair_t *p, const scenario_t *sc)
 {
     uint64_t value = pattern_u64(7), back = 0;
@@ -1650,14 +1649,6 @@ static const size_t full_sizes[]  = {1,
         .cfg = CFG(_qps, _lb, _frag, _thresh, _buf), .sizes = _sizes \
     }
 
-/* TODO(core bug, src/core/vqp_op.c:vqp_dispatch): a fenced operation waits
- * for every earlier one to be reported, but an unsignaled WHOLE operation
- * (put_short, or put_zcopy with comp NULL below the stripe threshold or on
- * 1 QP) never gets a CQE of its own, so the fenced get is never dispatched:
- * it hangs. Enable once fixed (UCT_PAIR_RUN_DISABLED=1 runs it now). */
-#define FENCE_TODO \
-    "TODO: fenced op after an unsignaled op never dispatched (core bug)"
-
 /* TODO(module bug, modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_check): after
  * the peer was SIGKILLed with no traffic in flight, uct_ep_check(ep, 0, NULL)
  * returns UCS_OK but the error handler is not called within 100 s (measured
@@ -1665,14 +1656,6 @@ static const size_t full_sizes[]  = {1,
  * detects an idle dead peer. */
 #define IDLE_KILL_TODO \
     "TODO: ep_check never reports an idle killed peer (module bug)"
-
-/* TODO(module bug, modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_am_short): an
- * am_short with payload (NULL, 0), which UCX's uct_base_ep_am_short_iov
- * passes for an 8-byte iov, reaches memcpy(data + 8, NULL, 0): undefined
- * behaviour, UBSan in the ASan build stops the process ("null pointer passed
- * as argument 2"). */
-#define AM_NULL_TODO \
-    "TODO: am_short memcpy from NULL payload, UBSan error (module bug)"
 
 /* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
  * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
@@ -1730,18 +1713,21 @@ static const scenario_t ci_scenarios[] = {
      .kind   = SC_FAULTS,
      .cfg    = CFG(64, "dqplb", "64k", "64k", CI_BUF),
      .faults = FAULTS_QP12},
-    {.name     = "fence after operations without completion qps=1",
-     .kind     = SC_FENCE_UNSIGNALED,
-     .cfg      = CFG(1, "dqplb", "256k", "64k", CI_BUF),
-     .disabled = FENCE_TODO},
-    {.name     = "fence after operations without completion qps=4",
-     .kind     = SC_FENCE_UNSIGNALED,
-     .cfg      = CFG(4, "dqplb", "256k", "64k", CI_BUF),
-     .disabled = FENCE_TODO},
-    {.name     = "am_short_iov of 8 bytes (am_short with NULL, 0 payload)",
-     .kind     = SC_AM_NULL,
-     .cfg      = CFG(1, "dqplb", "256k", "64k", CI_BUF),
-     .disabled = AM_NULL_TODO},
+    {
+        .name = "fence after operations without completion qps=1",
+        .kind = SC_FENCE_UNSIGNALED,
+        .cfg  = CFG(1, "dqplb", "256k", "64k", CI_BUF),
+    },
+    {
+        .name = "fence after operations without completion qps=4",
+        .kind = SC_FENCE_UNSIGNALED,
+        .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF),
+    },
+    {
+        .name = "am_short_iov of 8 bytes (am_short with NULL, 0 payload)",
+        .kind = SC_AM_NULL,
+        .cfg  = CFG(1, "dqplb", "256k", "64k", CI_BUF),
+    },
     {.name = "killed peer with traffic qps=4",
      .kind = SC_KILL_BUSY,
      .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
