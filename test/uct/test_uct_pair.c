@@ -1649,13 +1649,18 @@ static const size_t full_sizes[]  = {1,
         .cfg = CFG(_qps, _lb, _frag, _thresh, _buf), .sizes = _sizes \
     }
 
-/* TODO(module bug, modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_check): after
- * the peer was SIGKILLed with no traffic in flight, uct_ep_check(ep, 0, NULL)
- * returns UCS_OK but the error handler is not called within 100 s (measured
- * with UCT_PAIR_DEAD_PEER_SEC=100): UCP's keepalive on this p2p lane never
- * detects an idle dead peer. */
+/* TODO(bug): after the peer was SIGKILLed with no traffic in flight,
+ * uct_ep_check(ep, 0, NULL) returns UCS_OK but the error handler is not
+ * called within 100 s (measured with UCT_PAIR_DEAD_PEER_SEC=100), so UCP's
+ * keepalive never detects an idle dead peer. The probe of
+ * modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_check is a 0-byte RDMA WRITE, and
+ * the software device completes 0-byte RDMA without contacting the peer
+ * (src/sw/sw_peer.c:vqp_sw_xfer returns 0 for an empty transfer; unlike a
+ * 0-byte SEND, src/sw/sw_rdma.c:vqp_sw_req_rdma checks no liveness); an HCA
+ * would get no ACK and end in retry-exceeded. With UCT_PAIR_IDLE_PROBE_PUT=1
+ * (an 8-byte put first) the handler ran after 37.6 s with 4 QPs. */
 #define IDLE_KILL_TODO \
-    "TODO: ep_check never reports an idle killed peer (module bug)"
+    "TODO: ep_check never reports an idle killed peer (0-byte probe)"
 
 /* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
  * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
