@@ -95,8 +95,19 @@ typedef struct am_state {
     int flood; /* sem_am_flood: sequence numbers in order */
     void *kept[MAX_KEPT];
     size_t kept_len[MAX_KEPT];
-    uint8_t kept_first[MAX_KEPT];
+    uint64_t kept_hash[MAX_KEPT];
 } am_state_t;
+
+static uint64_t fnv1a(const uint8_t *p, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+
+    for (i = 0; i < len; ++i) {
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
 
 static uint32_t step_seed(unsigned step)
 {
@@ -189,9 +200,9 @@ static ucs_status_t am_handler(void *arg, void *data, size_t length,
     if (s->keep && (flags & UCT_CB_PARAM_FLAG_DESC) && (s->nkept < MAX_KEPT)) {
         /* The headroom is ours while we own the descriptor. */
         memset(d - s->headroom, 0xa5, s->headroom);
-        s->kept[s->nkept]       = data;
-        s->kept_len[s->nkept]   = length;
-        s->kept_first[s->nkept] = (length > 0) ? d[0] : 0;
+        s->kept[s->nkept]      = data;
+        s->kept_len[s->nkept]  = length;
+        s->kept_hash[s->nkept] = fnv1a(d, length);
         ++s->nkept;
         return UCS_INPROGRESS;
     }
@@ -208,10 +219,9 @@ static void am_release_kept(pair_t *p)
 
     for (k = 0; k < s->nkept; ++k) {
         d = s->kept[k];
-        if (s->kept_len[k] > 0) {
-            CHECK(d[0] == s->kept_first[k],
-                  "kept AM descriptor %d was overwritten", k);
-        }
+        CHECK(fnv1a(d, s->kept_len[k]) == s->kept_hash[k],
+              "kept AM descriptor %d (%zu bytes) changed before its release", k,
+              s->kept_len[k]);
         for (i = 0; i < s->headroom; ++i) {
             CHECK(d[(long)i - (long)s->headroom] == 0xa5,
                   "headroom of kept descriptor %d changed", k);
