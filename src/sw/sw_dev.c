@@ -238,7 +238,10 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     pthread_mutexattr_setpshared(&mattr, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&mattr, PTHREAD_MUTEX_ROBUST);
     pthread_mutex_init(&dev->shm->lock, &mattr);
+    pthread_mutex_init(&dev->shm->life, &mattr);
     pthread_mutexattr_destroy(&mattr);
+    /* Held until close; the kernel marks it owner-died if we die first. */
+    dev->life_tid = (pthread_mutex_lock(&dev->shm->life) == 0) ? gettid() : 0;
     dev->shm->version    = VQP_SW_VERSION;
     dev->shm->hdr_size   = sizeof(vqp_sw_shm_t);
     dev->shm->pid        = dev->pid;
@@ -314,7 +317,18 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
     }
     __atomic_store_n(&dev->shm->alive, 0, __ATOMIC_RELEASE);
     shm_unlink(dev->name);
-    munmap(dev->shm, dev->seg_size);
+    if ((dev->life_tid == 0) || (dev->life_tid == gettid())) {
+        if (dev->life_tid != 0) {
+            pthread_mutex_unlock(&dev->shm->life);
+        }
+        munmap(dev->shm, dev->seg_size);
+    } else {
+        /* Another thread holds the life lock in its robust list (glibc
+         * links the list through the mutex): the mapping must stay. */
+        ucs_debug("vqp_sw %s: closed by another thread than the opener: "
+                  "segment left mapped",
+                  dev->name);
+    }
     free(dev->arena_used);
     free(dev);
 }

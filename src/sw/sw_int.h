@@ -42,6 +42,10 @@
 #define VQP_SW_REORDER_MAX 16u
 #define VQP_SW_RUN_MAX     64u  /* WRITEs merged into one syscall */
 #define VQP_SW_RUN_IOV     256u /* their local iovecs */
+/* SEND/SEND_IMM payloads up to this size travel inside the inbound record
+ * and the receiver's engine scatters them (no syscall); larger ones are
+ * placed by the requester with process_vm_writev. Multiple of 8. */
+#define VQP_SW_SMALL_SEND 256u
 
 /* Memory region entry, readable by peers. key 0 marks a free slot. A reader
  * re-reads the key after the fields to detect a concurrent dereg. */
@@ -88,7 +92,12 @@ typedef struct vqp_sw_shm_srq {
     uint64_t buf_off;
 } vqp_sw_shm_srq_t;
 
-/* Responder completion, published by the requester for the owner. */
+/* vqp_sw_shm_rec_t.flags */
+#define VQP_SW_REC_DATA 1u /* payload in data[]: the owner places it */
+
+/* Responder completion, published by the requester for the owner. With
+ * VQP_SW_REC_DATA it carries a small SEND's payload (byte_cnt bytes), which
+ * the owner scatters into the receive WQE before writing the CQE. */
 typedef struct vqp_sw_shm_rec {
     uint32_t qp_index;
     uint32_t qpn;
@@ -98,6 +107,9 @@ typedef struct vqp_sw_shm_rec {
     uint16_t wqe_counter;
     uint8_t opcode;   /* MLX5_CQE_RESP_* or MLX5_CQE_RESP_ERR */
     uint8_t syndrome; /* for MLX5_CQE_RESP_ERR */
+    uint32_t flags;
+    uint32_t reserved;
+    uint8_t data[VQP_SW_SMALL_SEND];
 } vqp_sw_shm_rec_t;
 
 typedef struct vqp_sw_shm {
@@ -110,6 +122,10 @@ typedef struct vqp_sw_shm {
     uint32_t instance;
     uint32_t alive; /* 1 while open; 0 after close */
     uint64_t seg_size;
+    /* Robust mutex the owner holds while the device is open: when its
+     * thread or process ends the kernel marks it owner-died, so a peer
+     * learns that the owner is gone from one load (no syscall). */
+    pthread_mutex_t life __attribute__((aligned(64)));
     uint64_t arena_off;
     /* Guards everything peers mutate: RQ/SRQ consumption, the inbound
      * ring's producer side, atomics, and the owner's QP state changes.
@@ -136,7 +152,8 @@ typedef struct vqp_sw_peer {
     vqp_sw_shm_t *shm;
     size_t size;
     bool dead;
-    unsigned refs; /* QPs pointing at it */
+    bool life_unreliable; /* life lock lost while the pid lives: ask */
+    unsigned refs;        /* QPs pointing at it */
 } vqp_sw_peer_t;
 
 typedef struct vqp_sw_fault {
@@ -221,6 +238,13 @@ struct vqp_sw_qp {
     uint64_t stall_until; /* ns, CLOCK_MONOTONIC */
     unsigned stall_count; /* retries of the head WQE so far */
     uint32_t delayed_wqe; /* index already delayed, or > 0xffff */
+    /* Small SENDs whose payload the target has not placed yet: until its
+     * ring tail passes small_seq, a later operation of this QP touching
+     * [small_lo, small_hi) of the target waits (placement order). */
+    bool small_pending;
+    uint64_t small_seq;
+    uint64_t small_lo;
+    uint64_t small_hi;
     size_t sq_pages;
     size_t rq_pages;
     void *bf;
@@ -247,6 +271,7 @@ struct vqp_sw_dev {
     vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
     vqp_sw_fault_t fault;
     uint64_t last_liveness;
+    pid_t life_tid; /* thread holding shm->life (0: none) */
 };
 
 /* sw_dev.c */
@@ -260,6 +285,10 @@ vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev,
                                const vqp_sw_dev_addr_t *addr);
 void vqp_sw_peer_put(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer);
 bool vqp_sw_peer_check(vqp_sw_peer_t *peer);
+/* Cheap per-message check that the peer process lives (reaped or not):
+ * its life lock, or kill() when that lock cannot tell. @a self_pid: ours
+ * (a peer in this process is alive while mapped). */
+bool vqp_sw_peer_alive(vqp_sw_peer_t *peer, uint32_t self_pid);
 void vqp_sw_lock(vqp_sw_shm_t *shm);
 void vqp_sw_unlock(vqp_sw_shm_t *shm);
 void *vqp_sw_arena_alloc(vqp_sw_dev_t *dev, size_t size, size_t *pages_p,
@@ -276,6 +305,17 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
  * access rights; 0 on success, or the failing rule for the log. */
 const char *vqp_sw_mr_check(const vqp_sw_shm_t *shm, uint32_t key,
                             uint64_t addr, uint64_t len, unsigned access);
+
+/* Resolves a receive WQE's scatter list (ends at MLX5_INVALID_LKEY or
+ * @a n_segs entries) in @a shm's MR table for a @a len-byte message into
+ * @a riov / *nr_p. Returns 0, 0x04 (bad entry: *bad_p, *why_p) or 0x01
+ * (the message does not fit: *cap_p bytes). */
+uint8_t vqp_sw_scatter_resolve(const vqp_sw_shm_t *shm,
+                               const struct mlx5_wqe_data_seg *segs,
+                               unsigned n_segs, uint64_t len,
+                               struct iovec *riov, unsigned *nr_p,
+                               unsigned *bad_p, const char **why_p,
+                               uint64_t *cap_p);
 
 /* sw_queue.c */
 const char *vqp_sw_state_str(enum ibv_qp_state state);
@@ -374,6 +414,9 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
                                          unsigned n_iov, uint64_t len,
                                          uint64_t raddr, uint32_t rkey);
 vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp);
+/* True while [addr, addr+len) of the target may still receive the payload
+ * of an earlier small SEND of @a qp: the caller waits (BUSY). */
+bool vqp_sw_small_conflict(vqp_sw_qp_t *qp, uint64_t addr, uint64_t len);
 
 /* sw_fault.c */
 ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault);

@@ -11,6 +11,7 @@
 #include <ucs/debug/log.h>
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -219,13 +220,14 @@ vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
         munmap(shm, (size_t)st.st_size);
         return NULL;
     }
-    free_slot->pid        = addr->pid;
-    free_slot->instance   = addr->instance;
-    free_slot->start_time = shm->start_time;
-    free_slot->shm        = shm;
-    free_slot->size       = (size_t)st.st_size;
-    free_slot->dead       = false;
-    free_slot->refs       = 1;
+    free_slot->pid             = addr->pid;
+    free_slot->instance        = addr->instance;
+    free_slot->start_time      = shm->start_time;
+    free_slot->shm             = shm;
+    free_slot->size            = (size_t)st.st_size;
+    free_slot->dead            = false;
+    free_slot->life_unreliable = false;
+    free_slot->refs            = 1;
     return free_slot;
 }
 
@@ -236,6 +238,38 @@ void vqp_sw_peer_put(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer)
     }
     munmap(peer->shm, peer->size);
     memset(peer, 0, sizeof(*peer));
+}
+
+bool vqp_sw_peer_alive(vqp_sw_peer_t *peer, uint32_t self_pid)
+{
+    int word;
+
+    if (peer->dead) {
+        return false;
+    }
+    if (peer->pid == self_pid) {
+        return true;
+    }
+    if (!peer->life_unreliable) {
+        /* glibc's robust mutex word: owner TID, or FUTEX_OWNER_DIED once
+         * the kernel released it for a thread that ended. */
+        word =
+            __atomic_load_n(&peer->shm->life.__data.__lock, __ATOMIC_ACQUIRE);
+        if (((word & FUTEX_TID_MASK) != 0) && !(word & FUTEX_OWNER_DIED)) {
+            return true;
+        }
+        /* Closed, dead, or only the opening thread ended: ask the slow
+         * way, and ask kill() per message from now on if it lives. */
+        if (!vqp_sw_peer_check(peer)) {
+            return false;
+        }
+        peer->life_unreliable = true;
+    }
+    if ((kill((pid_t)peer->pid, 0) != 0) && (errno == ESRCH)) {
+        peer->dead = true;
+        return false;
+    }
+    return true;
 }
 
 /* False once the peer instance is closed or its process is gone. */

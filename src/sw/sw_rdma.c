@@ -70,6 +70,10 @@ vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, w->len, right)) {
         return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
     }
+    if (vqp_sw_small_conflict(qp, w->raddr, w->len)) {
+        /* An earlier small SEND's payload is still to land there. */
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
+    }
     riov.iov_base = (void *)(uintptr_t)w->raddr;
     riov.iov_len  = w->len;
     err = vqp_sw_xfer(qp->peer->pid, !is_read, w->iov, w->n_iov, &riov, 1);
@@ -92,6 +96,9 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, 8,
                                IBV_ACCESS_REMOTE_ATOMIC)) {
         return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    }
+    if (vqp_sw_small_conflict(qp, w->raddr, 8)) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
     }
     liov.iov_base = &old;
     liov.iov_len  = sizeof(old);
@@ -148,8 +155,10 @@ unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
         if (run.ent[i].len == 0) {
             continue;
         }
-        if (vqp_sw_mr_check(qp->peer->shm, run.ent[i].rkey, run.ent[i].raddr,
-                            run.ent[i].len, IBV_ACCESS_REMOTE_WRITE) != NULL) {
+        if ((vqp_sw_mr_check(qp->peer->shm, run.ent[i].rkey, run.ent[i].raddr,
+                             run.ent[i].len,
+                             IBV_ACCESS_REMOTE_WRITE) != NULL) ||
+            vqp_sw_small_conflict(qp, run.ent[i].raddr, run.ent[i].len)) {
             break;
         }
         riov[nr].iov_base = (void *)(uintptr_t)run.ent[i].raddr;

@@ -474,7 +474,12 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
     uint32_t rerr;
     uint16_t pi;
 
-    rerr = __atomic_exchange_n(&qp->shm->remote_err, 0, __ATOMIC_ACQ_REL);
+    /* Peers read this cache line on every delivery: no locked write to it
+     * unless a responder error is actually pending. */
+    rerr = __atomic_load_n(&qp->shm->remote_err, __ATOMIC_RELAXED);
+    if (rerr != 0) {
+        rerr = __atomic_exchange_n(&qp->shm->remote_err, 0, __ATOMIC_ACQ_REL);
+    }
     if (rerr != 0) {
         ucs_debug("vqp_sw %s: QP 0x%x: responder error 0x%x -> ERR",
                   qp->dev->name, qp->qpn, rerr);

@@ -139,16 +139,12 @@ static uint32_t vqp_sw_resp_srq_next(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     return be16toh(next->next_wqe_index) & (srq->wqe_cnt - 1);
 }
 
-/* Remote iovecs for a @a len-byte message from a receive WQE's scatter list
- * (ends at MLX5_INVALID_LKEY or max_sge entries). Returns 0, or the
- * receiver's syndrome: 0x04 for a bad entry, 0x01 if the message does not
- * fit. Logs only if @a log (a merged run retries the WQE alone, which
- * logs). */
-static uint8_t vqp_sw_resp_scatter(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
-                                   const struct mlx5_wqe_data_seg *segs,
-                                   unsigned n_segs, uint64_t len,
-                                   uint16_t wqe_counter, struct iovec *riov,
-                                   unsigned *nr_p, bool log)
+uint8_t vqp_sw_scatter_resolve(const vqp_sw_shm_t *shm,
+                               const struct mlx5_wqe_data_seg *segs,
+                               unsigned n_segs, uint64_t len,
+                               struct iovec *riov, unsigned *nr_p,
+                               unsigned *bad_p, const char **why_p,
+                               uint64_t *cap_p)
 {
     uint64_t cap = 0, left = len;
     const char *why;
@@ -163,15 +159,11 @@ static uint8_t vqp_sw_resp_scatter(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
         bc               = be32toh(segs[i].byte_count);
         riov[i].iov_base = (void *)(uintptr_t)be64toh(segs[i].addr);
         riov[i].iov_len  = bc ? bc : 0x80000000u;
-        why = vqp_sw_mr_check(qp->peer->shm, lkey, be64toh(segs[i].addr),
-                              riov[i].iov_len, IBV_ACCESS_LOCAL_WRITE);
+        why = vqp_sw_mr_check(shm, lkey, be64toh(segs[i].addr), riov[i].iov_len,
+                              IBV_ACCESS_LOCAL_WRITE);
         if (why != NULL) {
-            if (log) {
-                ucs_error("vqp_sw %s: QP 0x%x WQE %u: receive WQE %u of peer "
-                          "QP 0x%x, segment %u lkey 0x%x: %s",
-                          qp->dev->name, qp->qpn, qp->sq_ci, wqe_counter,
-                          tqp->qpn, i, lkey, why);
-            }
+            *bad_p = i;
+            *why_p = why;
             return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
         }
         cap += riov[i].iov_len;
@@ -183,17 +175,107 @@ static uint8_t vqp_sw_resp_scatter(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
             nr = i + 1;
         }
     }
+    *cap_p = cap;
     if (cap < len) {
-        if (log) {
-            ucs_error("vqp_sw %s: QP 0x%x WQE %u: %lu-byte message does not "
-                      "fit receive WQE %u (%lu bytes) of peer QP 0x%x",
-                      qp->dev->name, qp->qpn, qp->sq_ci, len, wqe_counter, cap,
-                      tqp->qpn);
-        }
         return MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
     }
     *nr_p = nr;
     return 0;
+}
+
+/* Remote iovecs for a @a len-byte message from a receive WQE's scatter list
+ * (ends at MLX5_INVALID_LKEY or max_sge entries). Returns 0, or the
+ * receiver's syndrome: 0x04 for a bad entry, 0x01 if the message does not
+ * fit. Logs only if @a log (a merged run retries the WQE alone, which
+ * logs). */
+static uint8_t vqp_sw_resp_scatter(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                   const struct mlx5_wqe_data_seg *segs,
+                                   unsigned n_segs, uint64_t len,
+                                   uint16_t wqe_counter, struct iovec *riov,
+                                   unsigned *nr_p, bool log)
+{
+    const char *why = NULL;
+    unsigned bad    = 0;
+    uint64_t cap    = 0;
+    uint8_t synd;
+
+    synd = vqp_sw_scatter_resolve(qp->peer->shm, segs, n_segs, len, riov, nr_p,
+                                  &bad, &why, &cap);
+    if ((synd == MLX5_CQE_SYNDROME_LOCAL_PROT_ERR) && log) {
+        ucs_error("vqp_sw %s: QP 0x%x WQE %u: receive WQE %u of peer "
+                  "QP 0x%x, segment %u lkey 0x%x: %s",
+                  qp->dev->name, qp->qpn, qp->sq_ci, wqe_counter, tqp->qpn, bad,
+                  be32toh(segs[bad].lkey), why);
+    } else if ((synd == MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR) && log) {
+        ucs_error("vqp_sw %s: QP 0x%x WQE %u: %lu-byte message does not "
+                  "fit receive WQE %u (%lu bytes) of peer QP 0x%x",
+                  qp->dev->name, qp->qpn, qp->sq_ci, len, wqe_counter, cap,
+                  tqp->qpn);
+    }
+    return synd;
+}
+
+/* Bounding range [*lo, *hi) of @a n iovecs (empty: *lo == *hi). */
+static void vqp_sw_iov_box(const struct iovec *iov, unsigned n, uint64_t *lo,
+                           uint64_t *hi)
+{
+    uint64_t a;
+    unsigned i;
+
+    *lo = UINT64_MAX;
+    *hi = 0;
+    for (i = 0; i < n; ++i) {
+        a   = (uintptr_t)iov[i].iov_base;
+        *lo = ucs_min(*lo, a);
+        *hi = ucs_max(*hi, a + iov[i].iov_len);
+    }
+    if (*hi == 0) {
+        *lo = 0;
+    }
+}
+
+static bool vqp_sw_box_overlap(uint64_t lo1, uint64_t hi1, uint64_t lo2,
+                               uint64_t hi2)
+{
+    return (lo1 < hi1) && (lo2 < hi2) && (lo1 < hi2) && (lo2 < hi1);
+}
+
+bool vqp_sw_small_conflict(vqp_sw_qp_t *qp, uint64_t addr, uint64_t len)
+{
+    uint64_t tail;
+
+    if (!qp->small_pending) {
+        return false;
+    }
+    if ((qp->peer == NULL) || qp->peer->dead) {
+        /* Nothing will ever be placed: let the operation fail its way. */
+        qp->small_pending = false;
+        return false;
+    }
+    tail = __atomic_load_n(&qp->peer->shm->in_tail, __ATOMIC_ACQUIRE);
+    if ((int64_t)(tail - qp->small_seq) >= 0) {
+        qp->small_pending = false; /* the target placed all of them */
+        return false;
+    }
+    return vqp_sw_box_overlap(addr, addr + len, qp->small_lo, qp->small_hi);
+}
+
+/* A small SEND's receive buffers [lo, hi) wait for the target's engine
+ * until its ring tail passes the record just published. */
+static void vqp_sw_small_track(vqp_sw_qp_t *qp, uint64_t lo, uint64_t hi)
+{
+    if (lo >= hi) {
+        return;
+    }
+    if (qp->small_pending) {
+        qp->small_lo = ucs_min(qp->small_lo, lo);
+        qp->small_hi = ucs_max(qp->small_hi, hi);
+    } else {
+        qp->small_lo      = lo;
+        qp->small_hi      = hi;
+        qp->small_pending = true;
+    }
+    qp->small_seq = qp->peer->shm->in_head;
 }
 
 static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
@@ -210,13 +292,28 @@ static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     ++srq->consumed;
 }
 
+/* Publishes a record. With @a small (a SEND of at most VQP_SW_SMALL_SEND
+ * bytes, already checked) its payload, gathered from our memory, travels
+ * in the record: the owner places it. */
 static void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
                                 uint8_t opcode, uint8_t syndrome,
                                 uint16_t wqe_counter, uint32_t byte_cnt,
-                                uint32_t imm)
+                                uint32_t imm, const struct iovec *small,
+                                unsigned n_small)
 {
     vqp_sw_shm_t *pshm    = qp->peer->shm;
     vqp_sw_shm_rec_t *rec = &pshm->in[pshm->in_head & (VQP_SW_INBOUND - 1)];
+    size_t off            = 0;
+    unsigned i;
+
+    rec->flags = 0;
+    if (small != NULL) {
+        for (i = 0; i < n_small; ++i) {
+            memcpy(rec->data + off, small[i].iov_base, small[i].iov_len);
+            off += small[i].iov_len;
+        }
+        rec->flags = VQP_SW_REC_DATA;
+    }
 
     rec->qp_index    = tqp->qpn & (VQP_SW_MAX_QP - 1);
     rec->qpn         = tqp->qpn;
@@ -245,6 +342,7 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     uint8_t cqe_op, rsynd = 0;
     const char *why = NULL;
     uint32_t cursor = 0;
+    uint64_t lo, hi;
     int err;
 
     if ((qp->peer == NULL) || qp->peer->dead) {
@@ -292,6 +390,10 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
         riov[0].iov_base = (void *)(uintptr_t)raddr;
         riov[0].iov_len  = len;
         nr               = 1;
+        if (vqp_sw_small_conflict(qp, raddr, len)) {
+            status = VQP_SW_RESP_BUSY; /* an earlier small SEND first */
+            goto out;
+        }
     } else {
         cqe_op = (opcode == MLX5_OPCODE_SEND_IMM) ? MLX5_CQE_RESP_SEND_IMM
                                                   : MLX5_CQE_RESP_SEND;
@@ -304,15 +406,34 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
             /* The receiver completes this WQE in error and enters ERROR. */
             vqp_sw_resp_consume(qp, tqp, wqe_counter);
             vqp_sw_resp_publish(qp, tqp, MLX5_CQE_RESP_ERR, rsynd, wqe_counter,
-                                0, 0);
+                                0, 0, NULL, 0);
+            goto out;
+        }
+        vqp_sw_iov_box(riov, nr, &lo, &hi);
+        if (len <= VQP_SW_SMALL_SEND) {
+            /* Checked exactly as a large SEND; the payload rides in the
+             * record and the owner places it before writing the CQE. No
+             * syscall would notice a dead target: ask its life lock. */
+            if (!vqp_sw_peer_alive(qp->peer, qp->dev->pid)) {
+                status = VQP_SW_RESP_NO_ACK;
+                goto out;
+            }
+            vqp_sw_resp_consume(qp, tqp, wqe_counter);
+            vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)len,
+                                imm, iov, n_iov);
+            vqp_sw_small_track(qp, lo, hi);
+            status = VQP_SW_RESP_OK;
+            goto out;
+        }
+        if (vqp_sw_small_conflict(qp, lo, hi - lo)) {
+            status = VQP_SW_RESP_BUSY; /* an earlier small SEND first */
             goto out;
         }
     }
     /* With no payload no syscall would notice a dead target: ask. */
-    err =
-        ((len == 0) && (kill((pid_t)qp->peer->pid, 0) != 0) && (errno == ESRCH))
-            ? ESRCH
-            : vqp_sw_xfer(qp->peer->pid, true, iov, n_iov, riov, nr);
+    err = ((len == 0) && !vqp_sw_peer_alive(qp->peer, qp->dev->pid))
+              ? ESRCH
+              : vqp_sw_xfer(qp->peer->pid, true, iov, n_iov, riov, nr);
     if (err == ESRCH) {
         qp->peer->dead = true;
         status         = VQP_SW_RESP_NO_ACK;
@@ -326,7 +447,8 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
         goto out;
     }
     vqp_sw_resp_consume(qp, tqp, wqe_counter);
-    vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)len, imm);
+    vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)len, imm,
+                        NULL, 0);
     status = VQP_SW_RESP_OK;
 out:
     vqp_sw_unlock(pshm);
@@ -335,21 +457,26 @@ out:
 
 /*
  * Delivers a prefix of a run of SEND/SEND_IMM under one acquisition of the
- * target's lock with one transfer for all payloads. Each message needs a
- * receive WQE that takes it whole with valid keys and a free record; the
- * run stops before the first that lacks one (the ordinary path then handles
- * the RNR wait or reports the error). Nothing is consumed unless the
- * transfer succeeded. Returns the messages delivered.
+ * target's lock with one transfer for all payloads larger than
+ * VQP_SW_SMALL_SEND (smaller ones ride in their records). Each message
+ * needs a receive WQE that takes it whole with valid keys and a free
+ * record; the run stops before the first that lacks one (the ordinary path
+ * then handles the RNR wait or reports the error), and before a large one
+ * whose buffers may still receive an earlier small payload. Nothing is
+ * consumed unless the transfer succeeded. Returns the messages delivered.
  */
 unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
 {
-    struct iovec riov[VQP_SW_RUN_IOV];
+    struct iovec riov[VQP_SW_RUN_IOV], liov[VQP_SW_RUN_IOV];
     uint16_t wqe_counter[VQP_SW_RUN_MAX];
+    uint64_t lo[VQP_SW_RUN_MAX], hi[VQP_SW_RUN_MAX];
+    uint64_t run_lo = 0, run_hi = 0;
     const struct mlx5_wqe_data_seg *segs;
-    unsigned n = 0, nr = 0, nl = 0, cnt, room, n_segs, i;
+    unsigned n = 0, nr = 0, nl = 0, cnt, room, n_segs, i, first, lcnt;
     vqp_sw_shm_qp_t *tqp;
     vqp_sw_shm_t *pshm;
     uint32_t cursor = 0;
+    bool large;
 
     if ((qp->peer == NULL) || qp->peer->dead) {
         return 0;
@@ -375,30 +502,113 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
                                  false) != 0)) {
             break;
         }
-        nr += cnt;
-        nl = run->ent[n].liov_first + run->ent[n].liov_cnt;
+        vqp_sw_iov_box(riov + nr, cnt, &lo[n], &hi[n]);
+        large = run->ent[n].len > VQP_SW_SMALL_SEND;
+        if (large) {
+            /* Placed now: not where an earlier small payload will land. */
+            if (vqp_sw_small_conflict(qp, lo[n], hi[n] - lo[n]) ||
+                vqp_sw_box_overlap(lo[n], hi[n], run_lo, run_hi)) {
+                break;
+            }
+            first = run->ent[n].liov_first;
+            lcnt  = run->ent[n].liov_cnt;
+            memcpy(liov + nl, run->liov + first, lcnt * sizeof(*liov));
+            nl += lcnt;
+            nr += cnt;
+        } else if (lo[n] < hi[n]) {
+            run_lo = (run_lo < run_hi) ? ucs_min(run_lo, lo[n]) : lo[n];
+            run_hi = ucs_max(run_hi, hi[n]);
+        }
         ++n;
     }
-    /* Without payload no syscall would notice a dead target: ask. Any
-     * failure: the ordinary path redoes the first WQE and reports it. */
+    /* Small payloads only: no syscall would notice a dead target, ask.
+     * Any failure: the ordinary path redoes the first WQE and reports it. */
     if ((n > 0) &&
-        (((nl == 0) && (kill((pid_t)qp->peer->pid, 0) != 0) &&
-          (errno == ESRCH)) ||
-         (vqp_sw_xfer(qp->peer->pid, true, run->liov, nl, riov, nr) != 0))) {
+        (((nl == 0) && !vqp_sw_peer_alive(qp->peer, qp->dev->pid)) ||
+         (vqp_sw_xfer(qp->peer->pid, true, liov, nl, riov, nr) != 0))) {
         n = 0;
     }
     for (i = 0; i < n; ++i) {
+        large = run->ent[i].len > VQP_SW_SMALL_SEND;
         vqp_sw_resp_consume(qp, tqp, wqe_counter[i]);
         vqp_sw_resp_publish(qp, tqp,
                             (run->ent[i].opcode == MLX5_OPCODE_SEND_IMM)
                                 ? MLX5_CQE_RESP_SEND_IMM
                                 : MLX5_CQE_RESP_SEND,
                             0, wqe_counter[i], (uint32_t)run->ent[i].len,
-                            run->ent[i].imm);
+                            run->ent[i].imm,
+                            large ? NULL : run->liov + run->ent[i].liov_first,
+                            run->ent[i].liov_cnt);
+        if (!large) {
+            vqp_sw_small_track(qp, lo[i], hi[i]);
+        }
     }
 out:
     vqp_sw_unlock(pshm);
     return n;
+}
+
+/* Owner side: places a small SEND's payload from its record into the
+ * receive WQE it consumed. The requester checked that WQE against our MR
+ * table when it took it; check again here, where the memory is written,
+ * in case software changed the posted WQE or deregistered its buffer.
+ * Returns 0 or the responder's syndrome. */
+static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
+{
+    vqp_sw_dev_t *dev = qp->dev;
+    const struct mlx5_wqe_data_seg *segs;
+    struct iovec riov[VQP_SW_MAX_SGE];
+    const vqp_sw_shm_srq_t *srq;
+    const char *why = NULL;
+    unsigned n_segs, nr = 0, bad = 0, i;
+    uint64_t cap = 0;
+    size_t off   = 0;
+    uint8_t synd;
+
+    if (rec->byte_cnt > VQP_SW_SMALL_SEND) {
+        ucs_error("vqp_sw %s: QP 0x%x: inbound record with %u payload bytes "
+                  "(at most %u)",
+                  dev->name, qp->qpn, rec->byte_cnt, VQP_SW_SMALL_SEND);
+        return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+    }
+    if (qp->srq == NULL) {
+        if (qp->shm->rq_wqe_cnt == 0) {
+            ucs_error("vqp_sw %s: QP 0x%x: inbound SEND without an RQ",
+                      dev->name, qp->qpn);
+            return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+        }
+        segs   = (const void *)((uint8_t *)dev->shm + qp->shm->rq_off +
+                              (size_t)(rec->wqe_counter &
+                                       (qp->shm->rq_wqe_cnt - 1)) *
+                                  qp->shm->rq_stride);
+        n_segs = ucs_min(qp->shm->rq_max_sge, VQP_SW_MAX_SGE);
+    } else {
+        srq    = qp->srq->shm;
+        segs   = (const void *)((uint8_t *)dev->shm + srq->buf_off +
+                              (size_t)(rec->wqe_counter & (srq->wqe_cnt - 1)) *
+                                  srq->stride +
+                              sizeof(struct mlx5_wqe_srq_next_seg));
+        n_segs = ucs_min(srq->max_sge, VQP_SW_MAX_SGE);
+    }
+    synd = vqp_sw_scatter_resolve(dev->shm, segs, n_segs, rec->byte_cnt, riov,
+                                  &nr, &bad, &why, &cap);
+    if (synd == MLX5_CQE_SYNDROME_LOCAL_PROT_ERR) {
+        ucs_error("vqp_sw %s: QP 0x%x: receive WQE %u segment %u lkey 0x%x "
+                  "changed after the message arrived: %s",
+                  dev->name, qp->qpn, rec->wqe_counter, bad,
+                  be32toh(segs[bad].lkey), why);
+        return synd;
+    } else if (synd != 0) {
+        ucs_error("vqp_sw %s: QP 0x%x: receive WQE %u changed after the "
+                  "message arrived: %u bytes do not fit %lu",
+                  dev->name, qp->qpn, rec->wqe_counter, rec->byte_cnt, cap);
+        return synd;
+    }
+    for (i = 0; i < nr; ++i) {
+        memcpy(riov[i].iov_base, rec->data + off, riov[i].iov_len);
+        off += riov[i].iov_len;
+    }
+    return 0;
 }
 
 /* Owner side: turn inbound records into this device's responder CQEs. */
@@ -410,6 +620,7 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
     const vqp_sw_shm_rec_t *rec;
     vqp_sw_qp_t *qp;
     unsigned n = 0;
+    uint8_t synd;
 
     while ((tail != head) && (n < VQP_SW_IN_BUDGET)) {
         rec = &shm->in[tail & (VQP_SW_INBOUND - 1)];
@@ -422,13 +633,21 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
             vqp_sw_cqe_err(qp, qp->recv_cq, true, rec->wqe_counter, 0,
                            rec->syndrome);
             vqp_sw_qp_set_error(qp);
+        } else if ((rec->flags & VQP_SW_REC_DATA) &&
+                   ((synd = vqp_sw_resp_place(qp, rec)) != 0)) {
+            /* Data in place before the CQE; else the receive fails. */
+            vqp_sw_cqe_err(qp, qp->recv_cq, true, rec->wqe_counter, 0, synd);
+            vqp_sw_qp_set_error(qp);
         } else {
             vqp_sw_cqe_resp(qp, rec);
         }
         ++tail;
         ++n;
     }
-    /* Frees the slots for producers. */
-    __atomic_store_n(&shm->in_tail, tail, __ATOMIC_RELEASE);
+    /* Frees the slots for producers (no store when idle: peers read the
+     * line on every delivery). */
+    if (n > 0) {
+        __atomic_store_n(&shm->in_tail, tail, __ATOMIC_RELEASE);
+    }
     return n;
 }
