@@ -83,7 +83,54 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      ucs_offsetof(uct_rc_vqp_iface_config_t, max_inline),
      UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"TIMEOUT", "100ms",
+     "How long a QP waits for an acknowledgement before it retransmits\n"
+     "(rounded up to what the device encodes: 4.096 us x 2^n). A dead peer\n"
+     "is reported after about TIMEOUT x (RETRY_COUNT + 1).",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"RETRY_COUNT", "7",
+     "Retransmissions (0..7) before an operation fails with a transport error.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, retry_count),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"RNR_TIMEOUT", "10us",
+     "How long a QP waits before resending to a peer whose receive queue was\n"
+     "empty (rounded up to the IB encoding, at most 491 ms). Receivers are\n"
+     "credited, so this only matters for two-sided traffic of other users.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, rnr_timeout),
+     UCS_CONFIG_TYPE_TIME},
+
     {NULL}};
+
+/* IB ack timeout encoding: 4.096 us * 2^t, t in 1..31 (0 means infinite). */
+static uint8_t uct_rc_vqp_ib_timeout(double seconds)
+{
+    uint8_t t = 1;
+
+    while ((t < 31) && (4.096e-6 * (double)(1ul << t) < seconds)) {
+        ++t;
+    }
+    return t;
+}
+
+/* IB RNR timer encoding (table 45 of the IB spec, in microseconds). */
+static uint8_t uct_rc_vqp_ib_rnr_timer(double seconds)
+{
+    static const double us[32] = {
+        655360, 10,    20,    30,     40,     60,     80,     120,
+        160,    240,   320,   480,    640,    960,    1280,   1920,
+        2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+        40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+    uint8_t t;
+
+    for (t = 1; t < 32; ++t) {
+        if (us[t] * 1e-6 >= seconds) {
+            return t;
+        }
+    }
+    return 31;
+}
 
 static ucs_status_t
 uct_rc_vqp_query_devices(uct_md_h tl_md, uct_tl_device_resource_t **devices_p,
@@ -384,15 +431,19 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->max_outstanding == 0) || (config->tx_queue_len == 0) ||
         (config->rx_queue_len <= UCT_RC_VQP_FC_RESERVE) ||
         (config->seg_size < 64) || (config->seg_size > UINT32_MAX) ||
-        (config->max_inline < 8) || (config->max_inline > UINT32_MAX)) {
+        (config->max_inline < 8) || (config->max_inline > UINT32_MAX) ||
+        (config->retry_count > 7) || (config->timeout <= 0) ||
+        (config->rnr_timeout <= 0)) {
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
                   " (1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
                   " RX_QUEUE_LEN=%u (> %d) SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
-                  " (>= 8)",
+                  " (>= 8) RETRY_COUNT=%u (0..7) TIMEOUT=%g s RNR_TIMEOUT=%g s"
+                  " (> 0)",
                   config->num_qps, config->frag_size, attr->max_msg_sz,
                   config->max_outstanding, config->tx_queue_len,
                   config->rx_queue_len, UCT_RC_VQP_FC_RESERVE, config->seg_size,
-                  config->max_inline);
+                  config->max_inline, config->retry_count, config->timeout,
+                  config->rnr_timeout);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;
@@ -465,8 +516,12 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->vqp_params.max_recvs        = config->rx_queue_len;
     self->vqp_params.max_inline =
         ucs_min(config->max_inline, (size_t)attr.max_inline);
-    self->vqp_params.comp_cb = uct_rc_vqp_ep_completion;
-    self->ep_addr_len        = vqp_address_size_for(&self->vqp_params);
+    self->vqp_params.comp_cb           = uct_rc_vqp_ep_completion;
+    self->vqp_params.connect.timeout   = uct_rc_vqp_ib_timeout(config->timeout);
+    self->vqp_params.connect.retry_cnt = config->retry_count;
+    self->vqp_params.connect.min_rnr_timer =
+        uct_rc_vqp_ib_rnr_timer(config->rnr_timeout);
+    self->ep_addr_len = vqp_address_size_for(&self->vqp_params);
 
     status = ucs_mpool_init(&self->tx_mp, sizeof(void *),
                             sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size, 0,

@@ -26,6 +26,9 @@ typedef struct uct_rc_vqp_iface_config {
     size_t seg_size;          /* bcopy / AM buffer size */
     unsigned cq_len;          /* CQEs of the interface's CQ */
     size_t max_inline;        /* inline bytes asked of the QPs */
+    double timeout;           /* ack timeout before a retry, seconds */
+    unsigned retry_count;     /* retries before a transport error */
+    double rnr_timeout;       /* wait before resending to a full RQ */
 } uct_rc_vqp_iface_config_t;
 
 extern ucs_config_field_t uct_rc_vqp_iface_config_table[];
