@@ -841,6 +841,7 @@ static void print_header(void)
 static void report(const config_t *cfg, const result_t *core,
                    const result_t *bare)
 {
+    char allocs[32];
     double cs, bs;
 
     if (opt.insn) {
@@ -862,11 +863,12 @@ static void report(const config_t *cfg, const result_t *core,
     }
     cs = core->post_ns + core->comp_ns;
     bs = bare->post_ns + bare->comp_ns;
+    snprintf(allocs, sizeof(allocs), "%.3g", core->allocs);
     printf("%5u %5u %5u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %6.2f"
-           " %9.3g\n",
+           " %9s\n",
            cfg->num_qps, cfg->ops, cfg->frags, core->wqes, core->post_ns,
            core->comp_ns, cs, bare->post_ns, bare->comp_ns, bs, cs / bs,
-           core->allocs);
+           BENCH_COUNT_ALLOCS ? allocs : "n/a");
     json("{\"bench\":\"core\",\"metric\":\"ns_per_op\",\"n\":%u,\"ops\":%u,"
          "\"frags_per_op\":%u,\"wqes_per_op\":%u,\"op_bytes\":%u,"
          "\"core_post\":%.2f,\"core_comp\":%.2f,\"bare_post\":%.2f,"
