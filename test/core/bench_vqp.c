@@ -1174,7 +1174,9 @@ int main(int argc, char **argv)
             die("--insn needs valgrind --tool=callgrind and --cg-out");
         }
 #else
-        die("built without valgrind/callgrind.h: --insn is not available");
+        /* make bench-core goes on with the timing figures only */
+        printf("built without valgrind/callgrind.h: no instruction counts\n");
+        return 0;
 #endif
     }
     if (opt.out != NULL) {
