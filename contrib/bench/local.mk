@@ -5,7 +5,8 @@
 BENCH_OUT   = bench-results
 BENCH_FLAGS =
 
-EXTRA_DIST += contrib/bench/run.sh contrib/bench/summarize.awk contrib/bench/plot.gp
+EXTRA_DIST += contrib/bench/run.sh contrib/bench/summarize.awk contrib/bench/plot.gp \
+	contrib/bench/profile.sh
 
 bench: all
 	bindir='$(UCX_BINDIR)'; \
