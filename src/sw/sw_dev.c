@@ -347,6 +347,7 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr)
 unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
 {
     unsigned i, events = 0;
+    vqp_sw_qp_t *qp;
     uint64_t now;
 
     ++dev->shm->progress_calls;
@@ -364,7 +365,17 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
     }
     events += vqp_sw_resp_progress(dev);
     for (i = 0; i < dev->n_qps; ++i) {
-        events += vqp_sw_req_progress(dev->qp_list[i]);
+        qp = dev->qp_list[i];
+        /* Idle QP (nothing posted, no responder error, not flushing):
+         * skip the call; this loop runs on every poll of every QP. */
+        if ((__atomic_load_n(&qp->shm->remote_err, __ATOMIC_RELAXED) == 0) &&
+            (__atomic_load_n(&qp->shm->state, __ATOMIC_RELAXED) !=
+             IBV_QPS_ERR) &&
+            ((uint16_t)be32toh(__atomic_load_n(
+                 &qp->dbrec[MLX5_SND_DBR], __ATOMIC_RELAXED)) == qp->sq_ci)) {
+            continue;
+        }
+        events += vqp_sw_req_progress(qp);
     }
     for (i = 0; dev->fault.enabled && (i < VQP_SW_MAX_CQ); ++i) {
         if ((dev->cqs[i] != NULL) && (dev->cqs[i]->n_held > 0)) {

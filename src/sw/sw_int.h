@@ -16,6 +16,11 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+/* Internal to the device: calls between its files bind directly (no PLT
+ * hop through the shared object that links it; the engine's per-QP loop
+ * runs on every poll). */
+#pragma GCC visibility push(hidden)
+
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
 #define VQP_SW_VERSION     1u
 #define VQP_SW_MAX_QP      1024u
@@ -42,6 +47,8 @@
 #define VQP_SW_REORDER_MAX 16u
 #define VQP_SW_RUN_MAX     64u  /* WRITEs merged into one syscall */
 #define VQP_SW_RUN_IOV     256u /* their local iovecs */
+/* "/vqp_sw.<ns 32>-<uid>-<pid>-<instance>" with room to spare. */
+#define VQP_SW_NAME_MAX 96
 /* SEND/SEND_IMM payloads up to this size travel inside the inbound record
  * and the receiver's engine scatters them (no syscall); larger ones are
  * placed by the requester with process_vm_writev. Multiple of 8. */
@@ -253,7 +260,7 @@ struct vqp_sw_qp {
 struct vqp_sw_dev {
     vqp_sw_shm_t *shm;
     size_t seg_size;
-    char name[64];
+    char name[VQP_SW_NAME_MAX];
     uint32_t instance;
     uint32_t pid;
     uint32_t next_gen;
@@ -423,5 +430,7 @@ ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault);
 double vqp_sw_fault_rand(vqp_sw_fault_t *fault);
 uint8_t vqp_sw_fault_wqe(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp, uint16_t wqe);
 bool vqp_sw_fault_killed(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp);
+
+#pragma GCC visibility pop
 
 #endif

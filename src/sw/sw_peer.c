@@ -167,7 +167,7 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
 /* Map (or find the cached mapping of) a peer instance's segment. */
 vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
 {
-    char name[64];
+    char name[VQP_SW_NAME_MAX];
     vqp_sw_peer_t *peer, *free_slot = NULL;
     vqp_sw_shm_t *shm;
     struct stat st;

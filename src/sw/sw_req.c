@@ -453,9 +453,12 @@ static unsigned vqp_sw_req_send_run(vqp_sw_qp_t *qp, uint16_t pi,
     vqp_sw_run_t run;
     unsigned n;
 
+    /* A single SEND too: parsed and checked once on the fast path. Any
+     * SEND the run cannot deliver (RNR, errors, dead peer) is redone by
+     * the ordinary path, which waits or reports it exactly. */
     if (vqp_sw_req_scan_run(qp, pi, budget, MLX5_OPCODE_SEND,
-                            MLX5_OPCODE_SEND_IMM, &run) < 2) {
-        return 0; /* a single SEND goes the ordinary way */
+                            MLX5_OPCODE_SEND_IMM, &run) == 0) {
+        return 0;
     }
     n = vqp_sw_resp_deliver_run(qp, &run);
     if (n > 0) {
