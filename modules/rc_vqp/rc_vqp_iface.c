@@ -45,7 +45,8 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      UCS_CONFIG_TYPE_ENUM(uct_rc_vqp_lb_names)},
 
     {"FRAG_SIZE", "1m",
-     "Size of the fragments a large RDMA operation is cut into.",
+     "Size of the fragments a large RDMA operation is cut into (a power of\n"
+     "two).",
      ucs_offsetof(uct_rc_vqp_iface_config_t, frag_size),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -428,6 +429,7 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
 {
     if ((config->num_qps == 0) || (config->frag_size == 0) ||
         (config->frag_size > attr->max_msg_sz) ||
+        (config->frag_size & (config->frag_size - 1)) ||
         (config->max_outstanding == 0) || (config->tx_queue_len == 0) ||
         (config->rx_queue_len <= UCT_RC_VQP_FC_RESERVE) ||
         (config->seg_size < 64) || (config->seg_size > UINT32_MAX) ||
@@ -435,7 +437,7 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->retry_count > 7) || (config->timeout <= 0) ||
         (config->rnr_timeout <= 0)) {
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
-                  " (1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
+                  " (a power of two, 1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
                   " RX_QUEUE_LEN=%u (> %d) SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
                   " (>= 8) RETRY_COUNT=%u (0..7) TIMEOUT=%g s RNR_TIMEOUT=%g s"
                   " (> 0)",

@@ -40,6 +40,12 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
         return UCS_ERR_NO_MEMORY;
     }
     cq->max_poll = params->max_poll;
+    cq->dirty = ucs_calloc(params->max_poll, sizeof(*cq->dirty), "vqp_dirty");
+    if (cq->dirty == NULL) {
+        ucs_error("vqp cq: out of memory");
+        ucs_free(cq);
+        return UCS_ERR_NO_MEMORY;
+    }
 
     for (i = 0; i < params->num_devs; ++i) {
         if (params->devs[i] == NULL) {
@@ -85,6 +91,7 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
         }
     }
     ucs_free(cq->wcs);
+    ucs_free(cq->dirty);
     ucs_free(cq);
     return UCS_OK;
 }
@@ -168,6 +175,17 @@ ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta)
     return UCS_OK;
 }
 
+static void vqp_cq_advance_dirty(vqp_cq_t *cq)
+{
+    vqp_t *vqp;
+
+    while (cq->num_dirty > 0) {
+        vqp        = cq->dirty[--cq->num_dirty];
+        vqp->dirty = 0;
+        vqp_advance(vqp);
+    }
+}
+
 static unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
 {
     struct mlx5_cqe64 *cqe;
@@ -196,6 +214,7 @@ static unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
     if (count != 0) {
         vqp_mlx5_cq_update_ci(&cdev->cq);
     }
+    vqp_cq_advance_dirty(cq);
     return count;
 }
 

@@ -57,9 +57,10 @@ typedef struct vqp_frag {
     uint64_t offset; /* within the operation */
     uint32_t op;     /* operation ring counter */
     uint32_t len;
-    uint32_t seq; /* DQPLB sequence number (DATA / FINAL) */
-    uint16_t wqe; /* index of the WQE's first BB */
-    uint8_t kind; /* vqp_frag_kind_t */
+    uint32_t seq;      /* DQPLB sequence number (DATA / FINAL) */
+    uint16_t wqe;      /* index of the WQE's first BB */
+    uint8_t kind;      /* vqp_frag_kind_t */
+    uint8_t seq_valid; /* carries a DQPLB sequence number */
 } vqp_frag_t;
 
 typedef struct vqp_pqp {
@@ -118,6 +119,7 @@ struct vqp {
     vqp_pqp_t *notify_qp; /* SPRAY only */
     vqp_lb_t lb;
     uint64_t frag_size;
+    unsigned frag_shift; /* log2(frag_size) */
     uint64_t stripe_threshold;
     ucs_status_t fatal; /* set when no data QP survives */
 
@@ -187,6 +189,7 @@ struct vqp {
     vqp_dev_connect_params_t connect;
     int connected;
     int canceling; /* vqp_cancel(): QP failures are expected */
+    int dirty;     /* on the CQ's list of QPs to advance */
     vqp_stats_t stats;
 };
 
@@ -215,6 +218,10 @@ struct vqp_cq {
     uint32_t wc_tail;
     unsigned wc_reserved;
     unsigned wc_stale; /* entries of destroyed QPs (wc->vqp == NULL) */
+    /* Virtual QPs that got CQEs in the current poll batch: dispatch and
+     * reporting run once per QP per batch, not once per CQE. */
+    vqp_t **dirty;
+    unsigned num_dirty;
 };
 
 /* vqp_cq.c */
@@ -224,6 +231,7 @@ ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
 
 /* vqp_op.c */
 void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe);
+void vqp_advance(vqp_t *vqp);
 void vqp_fail_all(vqp_t *vqp, ucs_status_t status);
 
 /* vqp_recv.c */

@@ -166,6 +166,11 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     frag->seq    = seq;
     frag->wqe    = (uint16_t)ret;
     frag->kind   = kind;
+    /* Fixed at post time so the completion path need not work it out. */
+    frag->seq_valid =
+        (vqp->lb == VQP_LB_DQPLB) &&
+        ((kind == VQP_FRAG_FINAL) ||
+         ((kind == VQP_FRAG_DATA) && (op->opcode == VQP_OP_WRITE_IMM)));
     ++vqp->stats.frags_posted;
     return UCS_OK;
 }
@@ -421,10 +426,11 @@ static void vqp_fence_arm(vqp_t *vqp, vqp_op_t *op)
                      ucs_status_string((ucs_status_t)ret));
             continue;
         }
-        frag       = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
-        frag->op   = UINT32_MAX;
-        frag->kind = VQP_FRAG_NOP;
-        frag->wqe  = (uint16_t)ret;
+        frag            = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+        frag->op        = UINT32_MAX;
+        frag->kind      = VQP_FRAG_NOP;
+        frag->seq_valid = 0;
+        frag->wqe       = (uint16_t)ret;
     }
     op->flags |= VQP_OP_FENCE_ARMED;
 }
@@ -520,7 +526,7 @@ static int vqp_report(vqp_t *vqp)
 
 /* After completions: report, and when that unblocked a fenced operation,
  * dispatch again. */
-static void vqp_advance(vqp_t *vqp)
+void vqp_advance(vqp_t *vqp)
 {
     vqp_dispatch(vqp);
     while (vqp_report(vqp) && (vqp->op_disp != vqp->op_tail)) {
@@ -578,18 +584,15 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
     if (f->op == UINT32_MAX) {
         return; /* a hole filler: no operation waits for it */
     }
-    op    = VQP_OP(vqp, f->op);
-    dqplb = (vqp->lb == VQP_LB_DQPLB) &&
-            ((f->kind == VQP_FRAG_FINAL) ||
-             ((f->kind == VQP_FRAG_DATA) && (op->opcode == VQP_OP_WRITE_IMM)));
-
+    op = VQP_OP(vqp, f->op);
     if (ucs_likely(status == UCS_OK)) {
-        if (dqplb) {
+        if (f->seq_valid) {
             vqp_seq_acked(vqp, f->seq);
         }
         --op->remaining;
         return;
     }
+    dqplb = f->seq_valid;
 
     if ((vqp->fatal == UCS_OK) && vqp_status_is_transport(status) &&
         ((f->kind == VQP_FRAG_DATA) || (f->kind == VQP_FRAG_FINAL) ||
@@ -651,7 +654,10 @@ void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe)
     } else {
         vqp_recv_cqe(pqp, cqe, status);
     }
-    vqp_advance(vqp);
+    if (!vqp->dirty) {
+        vqp->dirty                           = 1;
+        vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
+    }
 }
 
 static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
@@ -753,8 +759,8 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     op->raddr       = wr->remote_addr;
     op->compare_add = wr->compare_add;
     op->swap        = wr->swap;
-    memcpy(op->lkey, wr->lkey, sizeof(op->lkey));
-    memcpy(op->rkey, wr->rkey, sizeof(op->rkey));
+    memcpy(op->lkey, wr->lkey, vqp->cq->num_devs * sizeof(op->lkey[0]));
+    memcpy(op->rkey, wr->rkey, vqp->cq->num_devs * sizeof(op->rkey[0]));
     op->imm         = wr->imm;
     op->status      = UCS_OK;
     op->opcode      = wr->opcode;
@@ -774,10 +780,9 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
                           (wr->length >= vqp->stripe_threshold)))) {
         /* Multi-QP WRITE_IMM always takes the scheme's form: the receiver
          * tells notifications apart only by where and how they arrive. */
-        op->striped   = 1;
-        op->nfrags    = (wr->length == 0)
-                            ? 1
-                            : (wr->length + vqp->frag_size - 1) / vqp->frag_size;
+        op->striped = 1;
+        op->nfrags =
+            (wr->length == 0) ? 1 : ((wr->length - 1) >> vqp->frag_shift) + 1;
         op->remaining = op->nfrags + (wr->opcode == VQP_OP_WRITE_IMM);
         op->flags &= ~VQP_SEND_INLINE;
     } else {

@@ -42,12 +42,14 @@ static ucs_status_t vqp_check_params(const vqp_params_t *p)
 {
     if ((p->cq == NULL) || (p->num_qps == 0) || (p->num_qps > 4096) ||
         (p->frag_size == 0) || (p->frag_size > (1ul << 30)) ||
-        (p->max_outstanding == 0) || (p->max_outstanding > 16384) ||
-        (p->max_ops == 0) || (p->max_ops > (1u << 20)) || (p->max_recvs == 0) ||
+        (p->frag_size & (p->frag_size - 1)) || (p->max_outstanding == 0) ||
+        (p->max_outstanding > 16384) || (p->max_ops == 0) ||
+        (p->max_ops > (1u << 20)) || (p->max_recvs == 0) ||
         (p->max_recvs > 16384) || (p->lb > VQP_LB_SPRAY) ||
         (p->max_inline < sizeof(uint32_t))) {
         ucs_error("vqp: invalid parameters: cq %p, %u QPs (1..4096), fragment"
-                  " %lu bytes (1..1 GiB), %u outstanding (1..16384), %u ops"
+                  " %lu bytes (a power of two, 1..1 GiB), %u outstanding"
+                  " (1..16384), %u ops"
                   " (1..2^20), %u receives (1..16384), lb %d, max_inline %u"
                   " (>= 4)",
                   p->cq, p->num_qps, p->frag_size, p->max_outstanding,
@@ -104,11 +106,14 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
         pqp->rx_cap = rq;
     }
 
-    pqp->frags    = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
-                                   "vqp_frags");
-    pqp->rx_wr_id = ucs_calloc(ucs_roundup_pow2((uint32_t)rq), sizeof(uint64_t),
-                               "vqp_rx_wr_id");
-    if ((pqp->frags == NULL) || (pqp->rx_wr_id == NULL)) {
+    pqp->frags = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
+                                "vqp_frags");
+    if (pqp == vqp->send_qp) { /* only it holds the user's receives */
+        pqp->rx_wr_id = ucs_calloc(ucs_roundup_pow2((uint32_t)rq),
+                                   sizeof(uint64_t), "vqp_rx_wr_id");
+    }
+    if ((pqp->frags == NULL) ||
+        ((pqp == vqp->send_qp) && (pqp->rx_wr_id == NULL))) {
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -254,6 +259,7 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->alive            = params->num_qps;
     vqp->lb               = params->lb;
     vqp->frag_size        = params->frag_size;
+    vqp->frag_shift       = ucs_ilog2(params->frag_size);
     vqp->stripe_threshold = params->stripe_threshold;
     vqp->max_ops          = params->max_ops;
     vqp->max_recvs        = params->max_recvs;
@@ -269,9 +275,11 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->qps = ucs_calloc(vqp->num_pqps, sizeof(*vqp->qps), "vqp_qps");
     vqp->ops = vqp_ring_alloc(params->max_ops, sizeof(*vqp->ops), &vqp->op_mask,
                               "vqp_ops");
-    vqp->replay =
-        vqp_ring_alloc(vqp->num_pqps * ucs_max(frag_cap, params->max_ops),
-                       sizeof(*vqp->replay), &vqp->replay_mask, "vqp_replay");
+    /* Replays come from posted WQEs: at most every data QP's ring and the
+     * send QP's. */
+    vqp->replay = vqp_ring_alloc(
+        vqp->num_qps * frag_cap + ucs_max(frag_cap, (uint32_t)params->max_ops),
+        sizeof(*vqp->replay), &vqp->replay_mask, "vqp_replay");
     vqp->send_acked  = ucs_calloc(vqp->send_window, 1, "vqp_send_acked");
     vqp->win_state   = vqp_ring_alloc(win, 1, &vqp->win_mask, "vqp_win");
     vqp->win_imm     = vqp_ring_alloc(win, sizeof(uint32_t), &mask, "vqp_imm");

@@ -987,6 +987,8 @@ static void test_bad_params(void **state)
     params.num_qps   = 2;
     params.frag_size = 0;
     assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
+    params.frag_size = 3000; /* fragments are cut by a shift */
+    assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
     params.frag_size  = 4096;
     params.max_inline = 2;
     assert_int_equal(vqp_create(&params, &vqp), UCS_ERR_INVALID_PARAM);
