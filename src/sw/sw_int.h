@@ -140,7 +140,9 @@ typedef struct vqp_sw_shm {
     pthread_mutex_t lock __attribute__((aligned(64)));
     uint64_t in_head; /* producers, under the lock */
     uint64_t in_tail __attribute__((aligned(64))); /* owner */
-    uint64_t progress_calls;
+    /* Owner, on every poll: a line of its own, so polling does not take
+     * the in_tail line away from producers between messages. */
+    uint64_t progress_calls __attribute__((aligned(64)));
     vqp_sw_shm_rec_t in[VQP_SW_INBOUND] __attribute__((aligned(64)));
     vqp_sw_shm_mr_t mr[VQP_SW_MAX_MR];
     vqp_sw_shm_qp_t qp[VQP_SW_MAX_QP];
