@@ -793,6 +793,19 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
 
     ++vqp->op_tail;
     ++vqp->stats.ops_posted;
+    if (ucs_likely(
+            (vqp->op_disp + 1 == vqp->op_tail) &&
+            (vqp->replay_head == vqp->replay_tail) &&
+            !(op->flags & VQP_SEND_FENCE) && (op->opcode != VQP_OP_FLUSH) &&
+            ((vqp->notify_qp == NULL) || (op->opcode != VQP_OP_WRITE_IMM)))) {
+        /* Nothing waits ahead of it: post it now. A new operation can only
+         * finish here by failing, so reporting is needed only then. */
+        vqp->op_disp += vqp_dispatch_op(vqp, vqp->op_disp);
+        if (ucs_unlikely(op->remaining == 0)) {
+            vqp_advance(vqp);
+        }
+        return UCS_OK;
+    }
     vqp_advance(vqp);
     return UCS_OK;
 }
