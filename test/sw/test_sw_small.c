@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -632,19 +633,36 @@ static int pside_connect(pside_t *s, int rfd, int wfd)
 
 #define ECHO_SLOT 512
 
+static void *opener_thread(void *arg)
+{
+    return (void *)(intptr_t)pside_open(arg);
+}
+
 /* Child: receive @a n messages into 512-byte slots and send each back
  * (same bytes, imm + 1); mode 'x': exit right after connect, receives
- * posted, without closing. */
+ * posted, without closing; mode 't': as 'e', but the device is opened by
+ * a thread that ends before any traffic (its life lock turns owner-died
+ * while the process lives on). */
 static int child_main(int rfd, int wfd, char mode, unsigned n)
 {
     struct mlx5_cqe64 cqe;
     uint32_t len, imm;
+    pthread_t th;
+    void *ret = (void *)(intptr_t)-1;
     uint16_t wqe;
     unsigned i, ds;
     pside_t s;
     char c;
 
-    if ((pside_open(&s) != 0) || (pside_connect(&s, rfd, wfd) != 0)) {
+    if (mode == 't') {
+        if ((pthread_create(&th, NULL, opener_thread, &s) != 0) ||
+            (pthread_join(th, &ret) != 0) || (ret != NULL)) {
+            return 15;
+        }
+    } else if (pside_open(&s) != 0) {
+        return 10;
+    }
+    if (pside_connect(&s, rfd, wfd) != 0) {
         return 10;
     }
     for (i = 0; i < 16; ++i) {
@@ -786,6 +804,51 @@ static void test_small_two_process(void **state)
     free(s.buf);
 }
 
+/* The peer's device was opened by a thread that has ended; the process
+ * lives on and serves it from another thread. Its life lock reads
+ * owner-died, which must not be taken for a dead peer: small messages
+ * still go through both ways (the requester asks kill() from then on). */
+static void test_small_opener_thread_gone(void **state)
+{
+    static const uint32_t sizes[] = {8, 100, VQP_SW_SMALL_SEND};
+    const unsigned n              = sizeof(sizes) / sizeof(sizes[0]);
+    struct mlx5_cqe64 cqe;
+    int to_child, from_child, status;
+    unsigned i;
+    pside_t s;
+    pid_t pid;
+
+    pid = proc_start(&s, 't', n, &to_child, &from_child);
+    fill(s.buf, 4096, 21);
+    for (i = 0; i < n; ++i) {
+        sw_test_post_recv(&s.qp, s.buf + 8192 + i * ECHO_SLOT, ECHO_SLOT,
+                          s.lkey);
+    }
+    for (i = 0; i < n; ++i) {
+        sw_test_dseg(&s.qp, 1, s.buf + i * 512, sizes[i], s.lkey);
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND_IMM, 2, MLX5_WQE_CTRL_CQ_UPDATE,
+                     htobe32(2 * i));
+        sw_test_ring(&s.qp, 2);
+        assert_int_equal(sw_test_poll(&s.dev, 1, &s.scq, &cqe, 3000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(sw_test_poll(&s.dev, 1, &s.rcq, &cqe, 3000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND_IMM);
+        assert_int_equal(be32toh(cqe.imm_inval_pkey), 2 * i + 1);
+        assert_int_equal(be32toh(cqe.byte_cnt), sizes[i]);
+        assert_memory_equal(s.buf + 8192 + i * ECHO_SLOT, s.buf + i * 512,
+                            sizes[i]);
+    }
+    assert_int_equal(write(to_child, "x", 1), 1);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(to_child);
+    close(from_child);
+    vqp_sw_qp_destroy(s.qp.qp);
+    vqp_sw_dev_close(s.dev);
+    free(s.buf);
+}
+
 /* The peer exited without closing and is not reaped yet (a zombie): a small
  * SEND, which needs no syscall into it, still ends in 0x15, never in a
  * success nobody will ever see. */
@@ -827,6 +890,7 @@ int main(void)
         cmocka_unit_test(test_small_order),
         cmocka_unit_test(test_small_owner_recheck),
         cmocka_unit_test(test_small_two_process),
+        cmocka_unit_test(test_small_opener_thread_gone),
         cmocka_unit_test(test_small_dead_peer),
     };
 
