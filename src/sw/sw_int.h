@@ -52,7 +52,8 @@
 /* SEND/SEND_IMM payloads up to this size travel inside the inbound record
  * and the receiver's engine scatters them (no syscall); larger ones are
  * placed by the requester with process_vm_writev. Multiple of 8. */
-#define VQP_SW_SMALL_SEND 256u
+#define VQP_SW_SMALL_SEND  256u
+#define VQP_SW_SMALL_TRACK 8u /* unplaced small SENDs tracked per QP */
 
 /* Memory region entry, readable by peers. key 0 marks a free slot. A reader
  * re-reads the key after the fields to detect a concurrent dereg. */
@@ -247,13 +248,16 @@ struct vqp_sw_qp {
     uint64_t stall_until; /* ns, CLOCK_MONOTONIC */
     unsigned stall_count; /* retries of the head WQE so far */
     uint32_t delayed_wqe; /* index already delayed, or > 0xffff */
-    /* Small SENDs whose payload the target has not placed yet: until its
-     * ring tail passes small_seq, a later operation of this QP touching
-     * [small_lo, small_hi) of the target waits (placement order). */
-    bool small_pending;
-    uint64_t small_seq;
-    uint64_t small_lo;
-    uint64_t small_hi;
+    /* Receive buffers of small SENDs whose payload the target has not
+     * placed yet, oldest first: until the target's ring tail passes seq, a
+     * later operation of this QP touching [lo, hi) of the target waits
+     * (placement order). When full, the newest entry absorbs more. */
+    unsigned n_small;
+    struct {
+        uint64_t seq; /* target's in_head after the record */
+        uint64_t lo;
+        uint64_t hi;
+    } small[VQP_SW_SMALL_TRACK];
     size_t sq_pages;
     size_t rq_pages;
     void *bf;

@@ -408,14 +408,14 @@ static void vqp_sw_qp_reset(vqp_sw_qp_t *qp)
     __atomic_store_n(&qp->shm->state, IBV_QPS_RESET, __ATOMIC_RELEASE);
     vqp_sw_unlock(qp->dev->shm);
     /* Software restarts its counters from 0 after RESET, as on mlx5. */
-    qp->dbrec[0]      = 0;
-    qp->dbrec[1]      = 0;
-    qp->sq_ci         = 0;
-    qp->rq_flush_ci   = 0;
-    qp->small_pending = false;
-    qp->stall         = VQP_SW_STALL_NONE;
-    qp->stall_count   = 0;
-    qp->delayed_wqe   = UINT32_MAX;
+    qp->dbrec[0]    = 0;
+    qp->dbrec[1]    = 0;
+    qp->sq_ci       = 0;
+    qp->rq_flush_ci = 0;
+    qp->n_small     = 0;
+    qp->stall       = VQP_SW_STALL_NONE;
+    qp->stall_count = 0;
+    qp->delayed_wqe = UINT32_MAX;
     vqp_sw_peer_put(qp->dev, qp->peer);
     qp->peer = NULL;
 }

@@ -240,42 +240,64 @@ static bool vqp_sw_box_overlap(uint64_t lo1, uint64_t hi1, uint64_t lo2,
     return (lo1 < hi1) && (lo2 < hi2) && (lo1 < hi2) && (lo2 < hi1);
 }
 
+/* Forgets the small SENDs the target has placed (its ring tail passed
+ * their records). */
+static void vqp_sw_small_prune(vqp_sw_qp_t *qp)
+{
+    uint64_t tail = __atomic_load_n(&qp->peer->shm->in_tail, __ATOMIC_ACQUIRE);
+    unsigned i    = 0;
+
+    while ((i < qp->n_small) && ((int64_t)(tail - qp->small[i].seq) >= 0)) {
+        ++i;
+    }
+    if (i > 0) {
+        qp->n_small -= i;
+        memmove(qp->small, qp->small + i, qp->n_small * sizeof(qp->small[0]));
+    }
+}
+
 bool vqp_sw_small_conflict(vqp_sw_qp_t *qp, uint64_t addr, uint64_t len)
 {
-    uint64_t tail;
+    unsigned i;
 
-    if (!qp->small_pending) {
+    if (qp->n_small == 0) {
         return false;
     }
     if ((qp->peer == NULL) || qp->peer->dead) {
         /* Nothing will ever be placed: let the operation fail its way. */
-        qp->small_pending = false;
+        qp->n_small = 0;
         return false;
     }
-    tail = __atomic_load_n(&qp->peer->shm->in_tail, __ATOMIC_ACQUIRE);
-    if ((int64_t)(tail - qp->small_seq) >= 0) {
-        qp->small_pending = false; /* the target placed all of them */
-        return false;
+    vqp_sw_small_prune(qp);
+    for (i = 0; i < qp->n_small; ++i) {
+        if (vqp_sw_box_overlap(addr, addr + len, qp->small[i].lo,
+                               qp->small[i].hi)) {
+            return true;
+        }
     }
-    return vqp_sw_box_overlap(addr, addr + len, qp->small_lo, qp->small_hi);
+    return false;
 }
 
 /* A small SEND's receive buffers [lo, hi) wait for the target's engine
  * until its ring tail passes the record just published. */
 static void vqp_sw_small_track(vqp_sw_qp_t *qp, uint64_t lo, uint64_t hi)
 {
+    unsigned i;
+
     if (lo >= hi) {
         return;
     }
-    if (qp->small_pending) {
-        qp->small_lo = ucs_min(qp->small_lo, lo);
-        qp->small_hi = ucs_max(qp->small_hi, hi);
+    vqp_sw_small_prune(qp);
+    if (qp->n_small == VQP_SW_SMALL_TRACK) {
+        i               = qp->n_small - 1;
+        qp->small[i].lo = ucs_min(qp->small[i].lo, lo);
+        qp->small[i].hi = ucs_max(qp->small[i].hi, hi);
     } else {
-        qp->small_lo      = lo;
-        qp->small_hi      = hi;
-        qp->small_pending = true;
+        i               = qp->n_small++;
+        qp->small[i].lo = lo;
+        qp->small[i].hi = hi;
     }
-    qp->small_seq = qp->peer->shm->in_head;
+    qp->small[i].seq = qp->peer->shm->in_head;
 }
 
 static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,

@@ -529,6 +529,44 @@ static void test_small_order(void **state)
     sm_fini(&m);
 }
 
+/* Only overlap waits: with two small SENDs still unplaced (buffers at 0 and
+ * 12 KiB), a WRITE between them, and one after, go ahead at once; the
+ * receiver later places both payloads, CQEs in order. */
+static void test_small_order_disjoint(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    uint16_t r[2], s[4];
+    unsigned i;
+    sm_t m;
+
+    assert_int_equal(sm_init(&m, false, 7), 0);
+    fill(m.buf[0], 4096, 6);
+    r[0] = sm_recv1(&m, 0, 128);
+    r[1] = sm_recv1(&m, 12288, 128);
+    s[0] = sm_send(&m, MLX5_OPCODE_SEND, 0, 100, 0, false);
+    s[1] = sm_send(&m, MLX5_OPCODE_SEND, 200, 50, 0, true);
+    s[2] = sm_write(&m, 1000, 6000, 64);
+    s[3] = sm_write(&m, 2000, 12288 + 128, 32); /* right after buffer 2 */
+    for (i = 0; i < 4; ++i) {
+        assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be16toh(cqe.wqe_counter), s[i]);
+    }
+    assert_memory_equal(m.buf[1] + 6000, m.buf[0] + 1000, 64);
+    assert_memory_equal(m.buf[1] + 12288 + 128, m.buf[0] + 2000, 32);
+    assert_true(all_sent(m.buf[1], 128));
+    assert_true(all_sent(m.buf[1] + 12288, 128));
+    assert_null(sw_test_cq_peek(&m.rcq[1]));
+    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+    check_resp(&cqe, MLX5_CQE_RESP_SEND, 100, r[0], 0, m.qp[0].qpn);
+    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+    check_resp(&cqe, MLX5_CQE_RESP_SEND, 50, r[1], 0, m.qp[0].qpn);
+    assert_memory_equal(m.buf[1], m.buf[0], 100);
+    assert_memory_equal(m.buf[1] + 12288, m.buf[0] + 200, 50);
+    assert_true(all_sent(m.buf[1] + 100, 28));
+    sm_fini(&m);
+}
+
 /* The receiver deregisters the buffer of a posted receive WQE after a
  * small message took it but before its engine placed the payload: its own
  * check at placement refuses (RESP_ERR 0x04, ERROR), nothing is written. */
@@ -888,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_small_srq),
         cmocka_unit_test(test_small_rnr),
         cmocka_unit_test(test_small_order),
+        cmocka_unit_test(test_small_order_disjoint),
         cmocka_unit_test(test_small_owner_recheck),
         cmocka_unit_test(test_small_two_process),
         cmocka_unit_test(test_small_opener_thread_gone),
