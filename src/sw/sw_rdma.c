@@ -67,6 +67,11 @@ vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     if (tqp == NULL) {
         return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
     }
+    if ((w->len == 0) && !vqp_sw_peer_alive(qp->peer, qp->dev->pid)) {
+        /* Nothing to move, but a real responder still has to acknowledge:
+         * a dead peer never does (ep_check / keepalive probes rely on it). */
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
+    }
     if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, w->len, right)) {
         return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
     }
@@ -166,7 +171,9 @@ unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
         ++nr;
         nl = run.ent[i].liov_first + run.ent[i].liov_cnt;
     }
-    if ((i == 0) ||
+    /* A run with nothing to move still needs a live responder: leave it to
+     * the one-by-one path, which waits for the acknowledgement. */
+    if ((i == 0) || ((nr == 0) && !vqp_sw_peer_alive(qp->peer, qp->dev->pid)) ||
         (vqp_sw_xfer(qp->peer->pid, true, run.liov, nl, riov, nr) != 0)) {
         return 0;
     }

@@ -560,6 +560,29 @@ static void test_dead_peer_send(void **state)
     side_close(&s);
 }
 
+/* A zero-length WRITE moves nothing but still needs the responder's
+ * acknowledgement: to a dead peer it ends in 0x15 (keepalive probes). */
+static void test_dead_peer_zero_write(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    int status;
+    side_t s;
+    proc_t p;
+
+    proc_start(&p, &s, 'x', 7);
+    assert_int_equal(waitpid(p.child, &status, 0), p.child);
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_WRITE, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, 0, 0);
+    sw_test_ring(&s.qp, 2);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe),
+                     MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    close(p.to_child);
+    close(p.from_child);
+    side_close(&s);
+}
+
 /* A crashed owner's segment is removed when any process opens a device. */
 static void test_stale_cleanup_on_open(void **state)
 {
@@ -817,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_srq_two_senders),
         cmocka_unit_test(test_dead_peer),
         cmocka_unit_test(test_dead_peer_send),
+        cmocka_unit_test(test_dead_peer_zero_write),
         cmocka_unit_test(test_stale_cleanup_on_open),
         cmocka_unit_test(test_stale_own_pid),
         cmocka_unit_test(test_peer_format_mismatch),

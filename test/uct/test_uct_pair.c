@@ -1659,19 +1659,6 @@ static const size_t full_sizes[]  = {1,
         .cfg = CFG(_qps, _lb, _frag, _thresh, _buf), .sizes = _sizes \
     }
 
-/* TODO(bug): after the peer was SIGKILLed with no traffic in flight,
- * uct_ep_check(ep, 0, NULL) returns UCS_OK but the error handler is not
- * called within 100 s (measured with UCT_PAIR_DEAD_PEER_SEC=100), so UCP's
- * keepalive never detects an idle dead peer. The probe of
- * modules/rc_vqp/rc_vqp_ep.c:uct_rc_vqp_ep_check is a 0-byte RDMA WRITE, and
- * the software device completes 0-byte RDMA without contacting the peer
- * (src/sw/sw_peer.c:vqp_sw_xfer returns 0 for an empty transfer; unlike a
- * 0-byte SEND, src/sw/sw_rdma.c:vqp_sw_req_rdma checks no liveness); an HCA
- * would get no ACK and end in retry-exceeded. With UCT_PAIR_IDLE_PROBE_PUT=1
- * (an 8-byte put first) the handler ran after 37.6 s with 4 QPs. */
-#define IDLE_KILL_TODO \
-    "TODO: ep_check never reports an idle killed peer (0-byte probe)"
-
 /* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
  * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
  * QP 2 fails its second WQE with "retry exceeded" (0x15). */
@@ -1746,10 +1733,10 @@ static const scenario_t ci_scenarios[] = {
     {.name = "killed peer with traffic qps=4",
      .kind = SC_KILL_BUSY,
      .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
-    {.name     = "killed idle peer qps=4",
-     .kind     = SC_KILL_IDLE,
-     .cfg      = CFG(4, "dqplb", "256k", "64k", CI_BUF),
-     .disabled = IDLE_KILL_TODO},
+    /* ep_check's 0-byte WRITE probe must end in an error to a dead peer. */
+    {.name = "killed idle peer qps=4",
+     .kind = SC_KILL_IDLE,
+     .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
 };
 
 static const char *full_lbs[]    = {"dqplb", "spray"};
