@@ -52,6 +52,10 @@ enum {
 
 #define VQP_MLX5_MAX_MSG (1ul << 31) /* bytes per WQE */
 
+/* opmod of MLX5_OPCODE_ATOMIC_MASKED_CS/FA: extended atomic (bit 3) with
+ * log2(operand bytes) - 2 in bits 2:0 (0: 4 bytes, 1: 8 bytes). */
+#define VQP_MLX5_OPMOD_EXT_ATOMIC(_size) (0x8 | ((_size) == 8 ? 1 : 0))
+
 /* One local buffer. A zero length is skipped: 0 in a data segment would
  * mean 2 GiB to the device. */
 typedef struct vqp_mlx5_sge {

@@ -233,6 +233,56 @@ vqp_mlx5_txwq_set_data(vqp_mlx5_txwq_t *wq, void *seg,
     return ds;
 }
 
+/* The ctrl segment's fm_ce_se for a WQE of @a num_bb BBs. Signal when
+ * asked, every sig_every posts, and whenever the ring is nearly full: then
+ * the newest WQE always has a CQE coming, and a post refused for room is sure
+ * to get room back. */
+static UCS_F_ALWAYS_INLINE uint8_t vqp_mlx5_txwq_fm_ce_se(vqp_mlx5_txwq_t *wq,
+                                                          unsigned flags,
+                                                          unsigned num_bb)
+{
+    uint8_t fm_ce_se = 0;
+
+    if ((flags & VQP_MLX5_SIGNALED) || (--wq->sig_left == 0) ||
+        (vqp_mlx5_txwq_avail(wq) - num_bb < VQP_MLX5_MAX_BB)) {
+        fm_ce_se     = MLX5_WQE_CTRL_CQ_UPDATE;
+        wq->sig_left = wq->sig_every;
+    }
+    if (flags & VQP_MLX5_FENCE) {
+        fm_ce_se |= MLX5_WQE_CTRL_FENCE;
+    }
+    if (flags & VQP_MLX5_SOLICITED) {
+        fm_ce_se |= MLX5_WQE_CTRL_SOLICITED;
+    }
+    return fm_ce_se;
+}
+
+/* Write the ctrl segment of the WQE at pi (its other segments are written),
+ * advance pi and ring unless VQP_MLX5_MORE. */
+static UCS_F_ALWAYS_INLINE void
+vqp_mlx5_txwq_finish(vqp_mlx5_txwq_t *wq, struct mlx5_wqe_ctrl_seg *ctrl,
+                     uint8_t opmod, uint8_t opcode, unsigned ds,
+                     uint8_t fm_ce_se, __be32 imm, unsigned num_bb,
+                     unsigned flags)
+{
+    uint16_t index = wq->pi;
+
+    ctrl->opmod_idx_opcode =
+        htobe32(((uint32_t)opmod << 24) | ((uint32_t)index << 8) | opcode);
+    ctrl->qpn_ds                = htobe32(wq->qpn_ds | ds);
+    ctrl->signature             = 0;
+    ctrl->dci_stream_channel_id = 0;
+    ctrl->fm_ce_se              = fm_ce_se;
+    ctrl->imm                   = imm;
+
+    wq->last_pi = index;
+    wq->pi += num_bb;
+    if (!(flags & VQP_MLX5_MORE)) {
+        vqp_mlx5_txwq_doorbell(
+            wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb : 0);
+    }
+}
+
 /*
  * Build one WQE at pi and ring (unless VQP_MLX5_MORE). Returns the WQE's
  * index (pi of its first BB, what its CQE's wqe_counter will say), or a
@@ -298,24 +348,9 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
         return UCS_ERR_NO_RESOURCE;
     }
 
-    /* Signal when asked, every sig_every posts, and whenever the ring is
-     * nearly full: then the newest WQE always has a CQE coming, and a post
-     * refused for room is sure to get room back. */
-    fm_ce_se = 0;
-    if ((flags & VQP_MLX5_SIGNALED) || (--wq->sig_left == 0) ||
-        (vqp_mlx5_txwq_avail(wq) - num_bb < VQP_MLX5_MAX_BB)) {
-        fm_ce_se     = MLX5_WQE_CTRL_CQ_UPDATE;
-        wq->sig_left = wq->sig_every;
-    }
-    if (flags & VQP_MLX5_FENCE) {
-        fm_ce_se |= MLX5_WQE_CTRL_FENCE;
-    }
-    if (flags & VQP_MLX5_SOLICITED) {
-        fm_ce_se |= MLX5_WQE_CTRL_SOLICITED;
-    }
-
-    ctrl = vqp_mlx5_txwq_bb(wq, index);
-    seg  = vqp_mlx5_txwq_next_seg(wq, ctrl);
+    fm_ce_se = vqp_mlx5_txwq_fm_ce_se(wq, flags, num_bb);
+    ctrl     = vqp_mlx5_txwq_bb(wq, index);
+    seg      = vqp_mlx5_txwq_next_seg(wq, ctrl);
     if (has_raddr) {
         rseg           = seg;
         rseg->raddr    = htobe64(raddr);
@@ -330,20 +365,7 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
         seg            = vqp_mlx5_txwq_next_seg(wq, seg);
     }
     vqp_mlx5_txwq_set_data(wq, seg, sge, num_sge, inl, len);
-
-    ctrl->opmod_idx_opcode      = htobe32(((uint32_t)index << 8) | opcode);
-    ctrl->qpn_ds                = htobe32(wq->qpn_ds | ds);
-    ctrl->signature             = 0;
-    ctrl->dci_stream_channel_id = 0;
-    ctrl->fm_ce_se              = fm_ce_se;
-    ctrl->imm                   = imm;
-
-    wq->last_pi = index;
-    wq->pi += num_bb;
-    if (!(flags & VQP_MLX5_MORE)) {
-        vqp_mlx5_txwq_doorbell(
-            wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb : 0);
-    }
+    vqp_mlx5_txwq_finish(wq, ctrl, 0, opcode, ds, fm_ce_se, imm, num_bb, flags);
     return index;
 }
 
@@ -423,4 +445,97 @@ static UCS_F_ALWAYS_INLINE int vqp_mlx5_post_nop(vqp_mlx5_txwq_t *wq,
 {
     return vqp_mlx5_post(wq, MLX5_OPCODE_NOP, NULL, 0, 0, 0, 0, 0, 0,
                          flags & ~VQP_MLX5_INLINE);
+}
+
+/*
+ * Extended (masked) atomic on a @a size-byte (4 or 8) operand at raddr,
+ * aligned to its size; the old value lands in @a result (@a size bytes,
+ * big-endian). Operands are in host order; the WQE carries them big-endian
+ * in their size. Layouts after ctrl and raddr:
+ *   MASKED_CS 4: swap, compare, swap_mask, compare_mask (4 bytes each): ds 4
+ *   MASKED_CS 8: swap, compare | swap_mask, compare_mask (8 bytes each): ds 5
+ *   MASKED_FA 4: add, field_boundary, 8 reserved bytes: ds 4
+ *   MASKED_FA 8: add, field_boundary (8 bytes each): ds 4
+ * then the result's data segment. MASKED_CS: when (old ^ compare) &
+ * compare_mask is 0, new = (old & ~swap_mask) | (swap & swap_mask).
+ * MASKED_FA: new = old + add where a set field_boundary bit stops the carry
+ * out of that bit (all ones: XOR). For MASKED_FA, @a swap_add is the addend
+ * and @a compare the field boundary; the masks are ignored.
+ */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_post_masked_atomic(vqp_mlx5_txwq_t *wq, uint8_t opcode, unsigned size,
+                            const vqp_mlx5_sge_t *result, uint64_t raddr,
+                            uint32_t rkey, uint64_t swap_add, uint64_t compare,
+                            uint64_t swap_mask, uint64_t compare_mask,
+                            unsigned flags)
+{
+    uint16_t index = wq->pi;
+    struct mlx5_wqe_ctrl_seg *ctrl;
+    struct mlx5_wqe_raddr_seg *rseg;
+    struct mlx5_wqe_data_seg *dseg;
+    unsigned ds, num_bb;
+    uint8_t fm_ce_se;
+    uint32_t *w32;
+    uint64_t *w64;
+    void *seg;
+
+    if (ucs_unlikely(((opcode != MLX5_OPCODE_ATOMIC_MASKED_CS) &&
+                      (opcode != MLX5_OPCODE_ATOMIC_MASKED_FA)) ||
+                     ((size != 4) && (size != 8)))) {
+        ucs_error("mlx5 qp 0x%x: masked atomic opcode 0x%x size %u: need"
+                  " MASKED_CS or MASKED_FA on 4 or 8 bytes",
+                  wq->qpn_ds >> 8, opcode, size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_unlikely((result->length != size) || (raddr & (size - 1)))) {
+        ucs_error("mlx5 qp 0x%x: %u-byte masked atomic: result buffer of %u"
+                  " bytes, remote address 0x%lx: need a %u-byte result and"
+                  " a %u-byte aligned address",
+                  wq->qpn_ds >> 8, size, result->length, raddr, size, size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    ds     = ((opcode == MLX5_OPCODE_ATOMIC_MASKED_CS) && (size == 8)) ? 5 : 4;
+    num_bb = (ds * VQP_MLX5_SEG_SIZE + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
+    if (ucs_unlikely(num_bb > vqp_mlx5_txwq_avail(wq))) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    fm_ce_se       = vqp_mlx5_txwq_fm_ce_se(wq, flags, num_bb);
+    ctrl           = vqp_mlx5_txwq_bb(wq, index);
+    rseg           = vqp_mlx5_txwq_next_seg(wq, ctrl);
+    rseg->raddr    = htobe64(raddr);
+    rseg->rkey     = htobe32(rkey);
+    rseg->reserved = 0;
+    seg            = vqp_mlx5_txwq_next_seg(wq, rseg);
+    if (size == 4) {
+        w32    = seg;
+        w32[0] = htobe32((uint32_t)swap_add);
+        w32[1] = htobe32((uint32_t)compare);
+        if (opcode == MLX5_OPCODE_ATOMIC_MASKED_CS) {
+            w32[2] = htobe32((uint32_t)swap_mask);
+            w32[3] = htobe32((uint32_t)compare_mask);
+        } else {
+            w32[2] = 0;
+            w32[3] = 0;
+        }
+    } else {
+        w64    = seg;
+        w64[0] = htobe64(swap_add);
+        w64[1] = htobe64(compare);
+        if (opcode == MLX5_OPCODE_ATOMIC_MASKED_CS) {
+            /* The masks are the next segment, which may wrap. */
+            seg    = vqp_mlx5_txwq_next_seg(wq, seg);
+            w64    = seg;
+            w64[0] = htobe64(swap_mask);
+            w64[1] = htobe64(compare_mask);
+        }
+    }
+    dseg             = vqp_mlx5_txwq_next_seg(wq, seg);
+    dseg->byte_count = htobe32(size);
+    dseg->lkey       = htobe32(result->lkey);
+    dseg->addr       = htobe64(result->addr);
+    vqp_mlx5_txwq_finish(wq, ctrl, VQP_MLX5_OPMOD_EXT_ATOMIC(size), opcode, ds,
+                         fm_ce_se, 0, num_bb, flags);
+    return index;
 }

@@ -378,6 +378,184 @@ static void test_atomics_nop(void **state)
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), pi);
 }
 
+static void put_be(uint8_t *p, uint64_t v, unsigned bytes)
+{
+    unsigned i;
+
+    for (i = 0; i < bytes; ++i) {
+        p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+    }
+}
+
+/* The whole WQE at @a index (ds segments, wrapped) equals @a expect. */
+static void check_wqe_bytes(tx_fixture_t *f, uint16_t index,
+                            const uint8_t *expect, unsigned ds)
+{
+    unsigned i;
+
+    for (i = 0; i < ds; ++i) {
+        assert_memory_equal(seg_at(f, index, i), expect + 16 * i, 16);
+    }
+}
+
+/* Expected masked atomic WQE: ctrl (signaled), raddr, operands, data seg. */
+static unsigned expect_masked(uint8_t *e, uint16_t index, uint8_t opcode,
+                              unsigned size, uint64_t raddr, uint32_t rkey,
+                              uint64_t swap_add, uint64_t compare,
+                              uint64_t swap_mask, uint64_t compare_mask,
+                              const vqp_mlx5_sge_t *res, uint8_t fm_ce_se)
+{
+    int cs      = (opcode == MLX5_OPCODE_ATOMIC_MASKED_CS);
+    unsigned ds = (cs && (size == 8)) ? 5 : 4;
+    uint8_t *a  = e + 32;
+
+    memset(e, 0, 80);
+    e[0] = (size == 8) ? 0x09 : 0x08; /* opmod: extended, log2(size) - 2 */
+    put_be(e + 1, index, 2);
+    e[3] = opcode;
+    put_be(e + 4, ((uint32_t)FAKE_QPN << 8) | ds, 4);
+    e[11] = fm_ce_se;
+    put_be(e + 16, raddr, 8);
+    put_be(e + 24, rkey, 4);
+    put_be(a, swap_add, size);
+    put_be(a + size, compare, size);
+    if (cs) {
+        put_be(a + 2 * size, swap_mask, size);
+        put_be(a + 3 * size, compare_mask, size);
+    }
+    put_be(e + 16 * (ds - 1), res->length, 4);
+    put_be(e + 16 * (ds - 1) + 4, res->lkey, 4);
+    put_be(e + 16 * (ds - 1) + 8, res->addr, 8);
+    return ds;
+}
+
+static void test_masked_atomics(void **state)
+{
+    tx_fixture_t *f   = *state;
+    vqp_mlx5_sge_t r4 = {0xaaaa0004, 4, 0x45}, r8 = {0xaaaa0008, 8, 0x46};
+    static const uint8_t ops[] = {MLX5_OPCODE_ATOMIC_MASKED_CS,
+                                  MLX5_OPCODE_ATOMIC_MASKED_FA};
+    uint8_t expect[80];
+    unsigned size, o, ds;
+    uint16_t pi;
+    int idx;
+
+    /* Garbage in the ring must be overwritten, reserved bytes zeroed. */
+    memset(f->qp->dv.sq.buf, 0xa5, 64 * 64);
+    for (o = 0; o < 2; ++o) {
+        for (size = 4; size <= 8; size += 4) {
+            /* Values wider than the operand are cut to its size. */
+            idx = vqp_mlx5_post_masked_atomic(
+                &f->wq, ops[o], size, (size == 4) ? &r4 : &r8,
+                0xbeef0000 + size, 0x99, 0x1122334455667788ull,
+                0x99aabbccddeeff00ull, 0x0123456789abcdefull,
+                0xfedcba9876543210ull, 0);
+            assert_true(idx >= 0);
+            ds = expect_masked(
+                expect, (uint16_t)idx, ops[o], size, 0xbeef0000 + size, 0x99,
+                (size == 4) ? 0x55667788 : 0x1122334455667788ull,
+                (size == 4) ? 0xddeeff00 : 0x99aabbccddeeff00ull,
+                (size == 4) ? 0x89abcdef : 0x0123456789abcdefull,
+                (size == 4) ? 0x76543210 : 0xfedcba9876543210ull,
+                (size == 4) ? &r4 : &r8, MLX5_WQE_CTRL_CQ_UPDATE);
+            check_wqe_bytes(f, (uint16_t)idx, expect, ds);
+            assert_int_equal(vqp_mlx5_ctrl_num_bb(ctrl_at(f, (uint16_t)idx)),
+                             (ds == 5) ? 2 : 1);
+            assert_int_equal(f->wq.pi, (uint16_t)(idx + ((ds == 5) ? 2 : 1)));
+            assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), f->wq.pi);
+        }
+    }
+
+    /* Fence and unsignaled flags go through as for other WQEs. */
+    f->wq.sig_every = 4;
+    f->wq.sig_left  = 4;
+    idx =
+        vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_MASKED_CS, 4,
+                                    &r4, 0x100, 7, 1, 2, 3, 4, VQP_MLX5_FENCE);
+    expect_masked(expect, (uint16_t)idx, MLX5_OPCODE_ATOMIC_MASKED_CS, 4, 0x100,
+                  7, 1, 2, 3, 4, &r4, MLX5_WQE_CTRL_FENCE);
+    check_wqe_bytes(f, (uint16_t)idx, expect, 4);
+
+    /* Refused requests write nothing and ring nothing. */
+    pi = f->wq.pi;
+    assert_int_equal(vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_CS,
+                                                 8, &r8, 0, 0, 0, 0, 0, 0, 0),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "need MASKED_CS or MASKED_FA on 4 or 8");
+    assert_int_equal(vqp_mlx5_post_masked_atomic(&f->wq,
+                                                 MLX5_OPCODE_ATOMIC_MASKED_FA,
+                                                 2, &r4, 0, 0, 0, 0, 0, 0, 0),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "need MASKED_CS or MASKED_FA on 4 or 8");
+    assert_int_equal(vqp_mlx5_post_masked_atomic(&f->wq,
+                                                 MLX5_OPCODE_ATOMIC_MASKED_FA,
+                                                 4, &r8, 0, 0, 0, 0, 0, 0, 0),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "need a 4-byte result");
+    assert_int_equal(vqp_mlx5_post_masked_atomic(&f->wq,
+                                                 MLX5_OPCODE_ATOMIC_MASKED_CS,
+                                                 8, &r4, 0, 0, 0, 0, 0, 0, 0),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "need a 8-byte result");
+    assert_int_equal(
+        vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_MASKED_CS, 4,
+                                    &r4, 0x1002, 0, 0, 0, 0, 0, 0),
+        UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "4-byte aligned address");
+    assert_int_equal(
+        vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_MASKED_FA, 8,
+                                    &r8, 0x1004, 0, 0, 0, 0, 0, 0),
+        UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "8-byte aligned address");
+    assert_int_equal(f->wq.pi, pi);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), pi);
+}
+
+/* The 64-bit masked CS takes 2 BBs; its masks segment or its data segment
+ * may be the first of the ring. No room: refused, nothing written. */
+static void test_masked_atomic_wrap(void **state)
+{
+    tx_fixture_t *f   = *state;
+    vqp_mlx5_sge_t r8 = {0xcccc0008, 8, 0x47};
+    uint8_t expect[80];
+    unsigned i;
+    uint16_t pi;
+    int idx;
+
+    for (i = 0; i < 63; ++i) {
+        vqp_mlx5_txwq_complete(&f->wq, (uint16_t)vqp_mlx5_post_nop(&f->wq, 0));
+    }
+    memset(f->qp->dv.sq.buf, 0xa5, 64 * 64);
+    idx = vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_MASKED_CS, 8,
+                                      &r8, 0x2000, 0x31, 5, 6, 7, 8, 0);
+    assert_int_equal(idx, 63);
+    expect_masked(expect, 63, MLX5_OPCODE_ATOMIC_MASKED_CS, 8, 0x2000, 0x31, 5,
+                  6, 7, 8, &r8, MLX5_WQE_CTRL_CQ_UPDATE);
+    check_wqe_bytes(f, 63, expect, 5);
+    /* The data segment is the first of the ring. */
+    assert_memory_equal(f->qp->dv.sq.buf, expect + 64, 16);
+    assert_int_equal(f->wq.pi, 65);
+    vqp_mlx5_txwq_complete(&f->wq, (uint16_t)idx);
+
+    /* Fill the ring but one BB: the 2-BB WQE does not fit. */
+    for (i = 0; i < 63; ++i) {
+        assert_true(vqp_mlx5_post_nop(&f->wq, 0) >= 0);
+    }
+    assert_int_equal(vqp_mlx5_txwq_avail(&f->wq), 1);
+    pi = f->wq.pi;
+    assert_int_equal(
+        vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_MASKED_CS, 8,
+                                    &r8, 0x2000, 0x31, 5, 6, 7, 8, 0),
+        UCS_ERR_NO_RESOURCE);
+    assert_int_equal(f->wq.pi, pi);
+    /* A 1-BB masked atomic still fits. */
+    idx = vqp_mlx5_post_masked_atomic(&f->wq, MLX5_OPCODE_ATOMIC_MASKED_FA, 8,
+                                      &r8, 0x2000, 0x31, 5, ~0ull, 0, 0, 0);
+    expect_masked(expect, (uint16_t)idx, MLX5_OPCODE_ATOMIC_MASKED_FA, 8,
+                  0x2000, 0x31, 5, ~0ull, 0, 0, &r8, MLX5_WQE_CTRL_CQ_UPDATE);
+    check_wqe_bytes(f, (uint16_t)idx, expect, 4);
+}
+
 static void test_fence(void **state)
 {
     tx_fixture_t *f    = *state;
@@ -668,6 +846,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_multi_bb, tx_setup, tx_teardown),
         cmocka_unit_test_setup_teardown(test_inline, tx_setup, tx_teardown),
         cmocka_unit_test_setup_teardown(test_atomics_nop, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_masked_atomics, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_masked_atomic_wrap, tx_setup,
                                         tx_teardown),
         cmocka_unit_test_setup_teardown(test_fence, tx_setup, tx_teardown),
         cmocka_unit_test_setup_teardown(test_signaling, tx_setup, tx_teardown),
