@@ -360,8 +360,11 @@ typedef struct vqp_sw_wqe {
     uint32_t imm;
     uint64_t raddr;
     uint32_t rkey;
-    uint64_t swap_add;
-    uint64_t compare;
+    uint64_t swap_add; /* atomics: operands in host order */
+    uint64_t compare;  /* MASKED_FA: the field boundary */
+    uint64_t swap_mask;
+    uint64_t compare_mask;
+    unsigned asize; /* atomics: operand bytes (4 or 8) */
     unsigned n_iov;
     uint64_t len;
     /* Gather list in WQE order: data segments and inline segments (UCX

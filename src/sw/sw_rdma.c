@@ -88,49 +88,87 @@ vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     return VQP_SW_REQ_DONE;
 }
 
+/* The new value of an atomic's target, @a old and the result in the low
+ * w->asize bytes. */
+static uint64_t vqp_sw_atomic_apply(const vqp_sw_wqe_t *w, uint64_t old)
+{
+    uint64_t sum = 0, carry = 0, bit;
+    unsigned i;
+
+    switch (w->opcode) {
+    case MLX5_OPCODE_ATOMIC_FA:
+        return old + w->swap_add;
+    case MLX5_OPCODE_ATOMIC_CS:
+        return (old == w->compare) ? w->swap_add : old;
+    case MLX5_OPCODE_ATOMIC_MASKED_CS:
+        /* Compare under compare_mask; replace the bits of swap_mask. */
+        if (((old ^ w->compare) & w->compare_mask) != 0) {
+            return old;
+        }
+        return (old & ~w->swap_mask) | (w->swap_add & w->swap_mask);
+    default: /* MASKED_FA: no carry out of a field-boundary bit */
+        for (i = 0; i < 8 * w->asize; ++i) {
+            bit = ((old >> i) & 1) + ((w->swap_add >> i) & 1) + carry;
+            sum |= (bit & 1) << i;
+            carry = (bit >> 1) & ~(w->compare >> i) & 1;
+        }
+        return sum;
+    }
+}
+
 vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
 {
     vqp_sw_shm_qp_t *tqp = vqp_sw_peer_qp(qp);
-    uint64_t old, val, result;
+    const unsigned size  = w->asize;
+    uint64_t old64       = 0, val64, res64;
+    uint32_t old32       = 0, val32, res32;
     struct iovec liov, riov;
-    int err;
+    int changed, err;
 
     if (tqp == NULL) {
         return vqp_sw_req_stall(qp, w, VQP_SW_STALL_RETRY);
     }
-    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, 8,
+    if (!vqp_sw_req_check_rkey(qp, tqp, w->raddr, w->rkey, size,
                                IBV_ACCESS_REMOTE_ATOMIC)) {
         return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
     }
-    if (vqp_sw_small_conflict(qp, w->raddr, 8)) {
+    if (vqp_sw_small_conflict(qp, w->raddr, size)) {
         return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
     }
-    liov.iov_base = &old;
-    liov.iov_len  = sizeof(old);
+    liov.iov_base = (size == 4) ? (void *)&old32 : (void *)&old64;
+    liov.iov_len  = size;
     riov.iov_base = (void *)(uintptr_t)w->raddr;
-    riov.iov_len  = sizeof(old);
+    riov.iov_len  = size;
     /* Atomic among all device atomics on the target: its lock serialises
      * the read-modify-write. Remote memory holds host byte order. */
     vqp_sw_lock(qp->peer->shm);
     err = vqp_sw_xfer(qp->peer->pid, false, &liov, 1, &riov, 1);
     if (err == 0) {
-        if (w->opcode == MLX5_OPCODE_ATOMIC_FA) {
-            val = old + w->swap_add;
+        if (size == 4) {
+            val32         = (uint32_t)vqp_sw_atomic_apply(w, old32);
+            changed       = (val32 != old32);
+            liov.iov_base = &val32;
         } else {
-            val = (old == w->compare) ? w->swap_add : old;
+            val64         = vqp_sw_atomic_apply(w, old64);
+            changed       = (val64 != old64);
+            liov.iov_base = &val64;
         }
-        liov.iov_base = &val;
-        err           = (val == old)
-                            ? 0
-                            : vqp_sw_xfer(qp->peer->pid, true, &liov, 1, &riov, 1);
+        err =
+            changed ? vqp_sw_xfer(qp->peer->pid, true, &liov, 1, &riov, 1) : 0;
     }
     vqp_sw_unlock(qp->peer->shm);
     if (err != 0) {
         return vqp_sw_req_xfer_err(qp, w, err);
     }
-    /* The original value lands big-endian, as the HCA returns it. */
-    result = htobe64(old);
-    memcpy(w->iov[0].iov_base, &result, sizeof(result));
+    /* The original value lands big-endian in the operand's size, as the HCA
+     * returns it. */
+    if (size == 4) {
+        res32 = htobe32(old32);
+        memcpy(w->iov[0].iov_base, &res32, sizeof(res32));
+    } else {
+        res64 = htobe64(old64);
+        memcpy(w->iov[0].iov_base, &res64, sizeof(res64));
+    }
     return VQP_SW_REQ_DONE;
 }
 

@@ -200,6 +200,9 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     const struct mlx5_wqe_atomic_seg *aseg;
     uint32_t opmod_idx_opcode, qpn_ds, idx, first_bb, local_access = 0;
     vqp_sw_req_result_t res;
+    uint32_t opnd32[4], opmod;
+    uint64_t opnd64[4];
+    unsigned mds, n_opnd;
     vqp_sw_wqe_t w;
     const char *why = NULL;
     unsigned bad    = 0, i;
@@ -215,6 +218,9 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     w.ds             = qpn_ds & 0x3f;
     w.nbb            = (w.ds * 16 + VQP_SW_BB - 1) / VQP_SW_BB;
     w.base           = (const uint8_t *)ctrl;
+    w.asize          = 0;
+    w.swap_mask      = 0;
+    w.compare_mask   = 0;
     idx              = (opmod_idx_opcode >> 8) & 0xffff;
     if (w.ds == 0) {
         w.nbb = 1;
@@ -275,11 +281,44 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     case MLX5_OPCODE_ATOMIC_CS:
     case MLX5_OPCODE_ATOMIC_FA:
         local_access = IBV_ACCESS_LOCAL_WRITE;
+        w.asize      = 8;
         if (w.ds != 4) {
             why = "atomic WQE needs ds 4 (ctrl, raddr, atomic, data)";
         } else if (vqp_sw_req_layout(qp, &w, 3, &why) &&
                    (w.is_inline || (w.n_iov != 1) || (w.len != 8))) {
             why = "atomic result segment must be one 8-byte data segment";
+        }
+        break;
+    case MLX5_OPCODE_ATOMIC_MASKED_CS:
+    case MLX5_OPCODE_ATOMIC_MASKED_FA:
+        /* Extended atomics: opmod 0x8 | (log2(operand bytes) - 2). */
+        local_access = IBV_ACCESS_LOCAL_WRITE;
+        opmod        = opmod_idx_opcode >> 24;
+        if ((opmod != 0x8) && (opmod != 0x9)) {
+            return vqp_sw_req_violation(
+                qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                "masked atomic opcode 0x%x opmod 0x%x: need 0x8 (4-byte) or"
+                " 0x9 (8-byte operands)",
+                w.opcode, opmod);
+        }
+        w.asize = (opmod == 0x9) ? 8 : 4;
+        mds     = ((w.opcode == MLX5_OPCODE_ATOMIC_MASKED_CS) && (w.asize == 8))
+                      ? 5
+                      : 4;
+        if (w.ds != mds) {
+            return vqp_sw_req_violation(
+                qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                "masked atomic opcode 0x%x on %u bytes needs ds %u (ctrl,"
+                " raddr, %u operand segment(s), data), not %u",
+                w.opcode, w.asize, mds, mds - 3, w.ds);
+        }
+        if (vqp_sw_req_layout(qp, &w, mds - 1, &why) &&
+            (w.is_inline || (w.n_iov != 1) || (w.len != w.asize))) {
+            return vqp_sw_req_violation(
+                qp, &w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                "masked atomic on %u bytes: the result must be one %u-byte"
+                " data segment",
+                w.asize, w.asize);
         }
         break;
     default:
@@ -303,11 +342,28 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
         (w.opcode == MLX5_OPCODE_ATOMIC_FA)) {
         w.swap_add = be64toh(aseg->swap_add);
         w.compare  = be64toh(aseg->compare);
-        if (w.raddr & 7) {
-            return vqp_sw_req_violation(
-                qp, &w, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
-                "atomic remote address 0x%lx not 8-byte aligned", w.raddr);
-        }
+    } else if (w.asize == 4) {
+        /* swap/add, compare/boundary, swap_mask, compare_mask: 4 bytes */
+        memcpy(opnd32, aseg, sizeof(opnd32));
+        w.swap_add     = be32toh(opnd32[0]);
+        w.compare      = be32toh(opnd32[1]);
+        w.swap_mask    = be32toh(opnd32[2]);
+        w.compare_mask = be32toh(opnd32[3]);
+    } else if (w.asize == 8) {
+        /* swap/add, compare/boundary | swap_mask, compare_mask (CS only) */
+        n_opnd = (w.opcode == MLX5_OPCODE_ATOMIC_MASKED_CS) ? 4 : 2;
+        memset(opnd64, 0, sizeof(opnd64));
+        memcpy(opnd64, aseg, n_opnd * sizeof(opnd64[0]));
+        w.swap_add     = be64toh(opnd64[0]);
+        w.compare      = be64toh(opnd64[1]);
+        w.swap_mask    = be64toh(opnd64[2]);
+        w.compare_mask = be64toh(opnd64[3]);
+    }
+    if ((w.asize != 0) && (w.raddr & (w.asize - 1))) {
+        return vqp_sw_req_violation(
+            qp, &w, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+            "atomic remote address 0x%lx not %u-byte aligned", w.raddr,
+            w.asize);
     }
     if (w.len > VQP_SW_MAX_MSG) {
         return vqp_sw_req_violation(qp, &w, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
@@ -346,6 +402,8 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
         break;
     case MLX5_OPCODE_ATOMIC_CS:
     case MLX5_OPCODE_ATOMIC_FA:
+    case MLX5_OPCODE_ATOMIC_MASKED_CS:
+    case MLX5_OPCODE_ATOMIC_MASKED_FA:
         res = vqp_sw_req_atomic(qp, &w);
         break;
     default:

@@ -144,6 +144,41 @@ static inline uint16_t sw_test_ring(sw_test_qp_t *q, unsigned ds)
     return idx;
 }
 
+/* A masked (extended) atomic WQE as a ConnectX takes it: ctrl with opmod
+ * @a opmod, raddr, operands big-endian in @a size bytes (MASKED_CS: swap,
+ * compare, swap_mask, compare_mask; MASKED_FA: add, field boundary), one
+ * data segment of @a res_len bytes; @a ds as given (the right one is 4, or 5
+ * for an 8-byte MASKED_CS). Rings; returns the WQE's index. */
+static inline uint16_t
+sw_test_masked(sw_test_qp_t *q, uint8_t opcode, uint8_t opmod, unsigned size,
+               unsigned ds, uint64_t raddr, uint32_t rkey, uint64_t swap_add,
+               uint64_t compare, uint64_t swap_mask, uint64_t compare_mask,
+               void *res, uint32_t res_len, uint32_t lkey)
+{
+    const uint64_t v[4] = {swap_add, compare, swap_mask, compare_mask};
+    uint8_t ops[32];
+    unsigned i, j, n;
+
+    memset(ops, 0, sizeof(ops));
+    n = (opcode == MLX5_OPCODE_ATOMIC_MASKED_CS) ? 4 : 2;
+    for (i = 0; i < n; ++i) {
+        for (j = 0; j < size; ++j) {
+            ops[i * size + j] = (uint8_t)(v[i] >> (8 * (size - 1 - j)));
+        }
+    }
+    sw_test_ctrl(q, opcode, ds, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_bb(q, q->sq_pi)[0] = opmod;
+    sw_test_raddr(q, 1, raddr, rkey);
+    sw_test_wqe_put(q, 2, ops, 16 * (ds - 3));
+    sw_test_dseg(q, ds - 1, res, res_len, lkey);
+    return sw_test_ring(q, ds);
+}
+
+/* The right opmod and ds of a masked atomic on @a size bytes. */
+#define SW_TEST_EXT_OPMOD(_size) (((_size) == 8) ? 0x9 : 0x8)
+#define SW_TEST_EXT_DS(_op, _size) \
+    ((((_op) == MLX5_OPCODE_ATOMIC_MASKED_CS) && ((_size) == 8)) ? 5 : 4)
+
 static inline void sw_test_post_recv(sw_test_qp_t *q, const void *addr,
                                      uint32_t len, uint32_t lkey)
 {

@@ -673,6 +673,112 @@ static void test_strict_atomic_layout(void **state)
     assert_true(sw_test_log_has("atomic WQE needs ds 4"));
 }
 
+/* A masked atomic the device must refuse: error CQE with @a synd, the log
+ * line, the target word (16 bytes at buf[1] + 64) and the result buffer
+ * unchanged, the QP in ERROR. */
+static void masked_refused(fx_t *f, uint8_t op, uint8_t opmod, unsigned size,
+                           unsigned ds, uint64_t raddr, uint32_t res_len,
+                           uint32_t lkey, uint8_t synd, const char *log)
+{
+    static const uint8_t zero[16];
+    uint8_t *res = f->buf[0] + 256;
+    uint16_t w;
+
+    memset(res, 0xee, 16);
+    w = sw_test_masked(&f->qp[0], op, opmod, size, ds, raddr, f->rkey[1], 1, 0,
+                       ~0ull, 0, res, res_len, lkey);
+    expect_err(f, 0, 0, w, synd);
+    assert_true(sw_test_log_has(log));
+    assert_memory_equal(f->buf[1] + 64, zero, 16);
+    assert_int_equal(res[0], 0xee);
+    assert_int_equal(vqp_sw_qp_state(f->qp[0].qp), IBV_QPS_ERR);
+}
+
+#define T_MASKED(_name, _op, _opmod, _size, _ds, _roff, _rlen, _synd, _log)    \
+    static void _name(void **state)                                            \
+    {                                                                          \
+        fx_t *f = *state;                                                      \
+                                                                               \
+        masked_refused(f, MLX5_OPCODE_ATOMIC_MASKED_##_op, _opmod, _size, _ds, \
+                       (uintptr_t)f->buf[1] + (_roff), _rlen, f->lkey[0],      \
+                       MLX5_CQE_SYNDROME_##_synd, _log);                       \
+    }
+
+/* The opmod must say extended atomic with a 4- or 8-byte operand. */
+T_MASKED(test_strict_masked_opmod0, CS, 0x0, 8, 5, 64, 8, LOCAL_QP_OP_ERR,
+         "opmod 0x0: need 0x8 (4-byte) or 0x9 (8-byte operands)")
+T_MASKED(test_strict_masked_opmod_size, FA, 0xa, 8, 4, 64, 8, LOCAL_QP_OP_ERR,
+         "opmod 0xa: need 0x8 (4-byte) or 0x9 (8-byte operands)")
+T_MASKED(test_strict_masked_opmod_noext, FA, 0x1, 8, 4, 64, 8, LOCAL_QP_OP_ERR,
+         "opmod 0x1: need 0x8")
+/* ds follows the operand layout: 8-byte CS has two operand segments. */
+T_MASKED(test_strict_masked_cs64_ds, CS, 0x9, 8, 4, 64, 8, LOCAL_QP_OP_ERR,
+         "on 8 bytes needs ds 5 (ctrl, raddr, 2 operand segment(s), data), "
+         "not 4")
+T_MASKED(test_strict_masked_cs32_ds, CS, 0x8, 4, 5, 64, 4, LOCAL_QP_OP_ERR,
+         "on 4 bytes needs ds 4 (ctrl, raddr, 1 operand segment(s), data), "
+         "not 5")
+T_MASKED(test_strict_masked_fa64_ds, FA, 0x9, 8, 5, 64, 8, LOCAL_QP_OP_ERR,
+         "on 8 bytes needs ds 4")
+/* The result buffer has the operand's size. */
+T_MASKED(test_strict_masked_res32, FA, 0x8, 4, 4, 64, 8, LOCAL_QP_OP_ERR,
+         "the result must be one 4-byte data segment")
+T_MASKED(test_strict_masked_res64, CS, 0x9, 8, 5, 64, 4, LOCAL_QP_OP_ERR,
+         "the result must be one 8-byte data segment")
+/* Alignment to the operand's size. */
+T_MASKED(test_strict_masked_align32, CS, 0x8, 4, 4, 66, 4, REMOTE_INVAL_REQ_ERR,
+         "not 4-byte aligned")
+T_MASKED(test_strict_masked_align64, FA, 0x9, 8, 4, 68, 8, REMOTE_INVAL_REQ_ERR,
+         "not 8-byte aligned")
+/* The 4-byte word must lie inside the region (its last word is fine). */
+T_MASKED(test_strict_masked_range, FA, 0x8, 4, 4, FX_BUF, 4, REMOTE_ACCESS_ERR,
+         "range outside the region")
+
+static void test_strict_masked_inline_result(void **state)
+{
+    fx_t *f         = *state;
+    sw_test_qp_t *q = &f->qp[0];
+    uint32_t word   = 0;
+    uint16_t w;
+
+    sw_test_ctrl(q, MLX5_OPCODE_ATOMIC_MASKED_FA, 4, CU, 0);
+    sw_test_bb(q, q->sq_pi)[0] = 0x8;
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1] + 64, f->rkey[1]);
+    sw_test_atomic(q, 2, 1, 0);
+    sw_test_inline(q, 3, &word, 4);
+    w = sw_test_ring(q, 4);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    assert_true(sw_test_log_has("the result must be one 4-byte data segment"));
+    assert_int_equal(f->buf[1][64], 0);
+}
+
+static void test_strict_masked_bad_lkey(void **state)
+{
+    fx_t *f = *state;
+
+    masked_refused(f, MLX5_OPCODE_ATOMIC_MASKED_CS, 0x8, 4, 4,
+                   (uintptr_t)f->buf[1] + 64, 4, f->lkey[0] + 1,
+                   MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, "key not registered");
+}
+
+/* The region's last 4-byte word is a valid target. */
+static void test_masked_last_word(void **state)
+{
+    fx_t *f          = *state;
+    uint32_t *target = (uint32_t *)(f->buf[1] + FX_BUF - 4);
+    uint32_t *res    = (uint32_t *)(f->buf[0] + 256);
+    struct mlx5_cqe64 cqe;
+
+    *target = 10;
+    sw_test_masked(&f->qp[0], MLX5_OPCODE_ATOMIC_MASKED_FA, 0x8, 4, 4,
+                   (uintptr_t)target, f->rkey[1], 5, 0, 0, 0, res, 4,
+                   f->lkey[0]);
+    assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(*target, 15);
+    assert_int_equal(be32toh(*res), 10);
+}
+
 static void test_strict_inline_too_large(void **state)
 {
     fx_t *f         = *state;
@@ -830,6 +936,20 @@ int main(void)
         T(test_strict_unknown_opcode),
         T(test_strict_atomic_rules),
         T(test_strict_atomic_layout),
+        T(test_strict_masked_opmod0),
+        T(test_strict_masked_opmod_size),
+        T(test_strict_masked_opmod_noext),
+        T(test_strict_masked_cs64_ds),
+        T(test_strict_masked_cs32_ds),
+        T(test_strict_masked_fa64_ds),
+        T(test_strict_masked_res32),
+        T(test_strict_masked_res64),
+        T(test_strict_masked_align32),
+        T(test_strict_masked_align64),
+        T(test_strict_masked_range),
+        T(test_strict_masked_inline_result),
+        T(test_strict_masked_bad_lkey),
+        T(test_masked_last_word),
         T(test_strict_inline_too_large),
         T(test_strict_rq_overflow),
         T(test_strict_cq_overflow),

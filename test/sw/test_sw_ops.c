@@ -374,6 +374,115 @@ static void test_atomics(void **state)
     assert_int_equal(be64toh(*result), 42);
 }
 
+/* One masked atomic on the peer's word at @a roff of @a size bytes: returns
+ * the old value as the device returned it (big-endian, size bytes). */
+static uint64_t masked(fx_t *f, uint8_t op, unsigned size, unsigned roff,
+                       uint64_t swap_add, uint64_t compare, uint64_t swap_mask,
+                       uint64_t compare_mask)
+{
+    uint8_t *res = f->buf[0] + 256;
+    struct mlx5_cqe64 cqe;
+    uint32_t r32;
+    uint64_t r64;
+
+    memset(res, 0xee, 16);
+    sw_test_masked(&f->qp[0], op, SW_TEST_EXT_OPMOD(size), size,
+                   SW_TEST_EXT_DS(op, size), (uintptr_t)f->buf[1] + roff,
+                   f->rkey[1], swap_add, compare, swap_mask, compare_mask, res,
+                   size, f->lkey[0]);
+    assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(be32toh(cqe.sop_drop_qpn) >> 24, op);
+    assert_int_equal(be32toh(cqe.byte_cnt), size);
+    /* Only the result's own bytes are written. */
+    assert_int_equal(res[size], 0xee);
+    if (size == 4) {
+        memcpy(&r32, res, 4);
+        return be32toh(r32);
+    }
+    memcpy(&r64, res, 8);
+    return be64toh(r64);
+}
+
+/* Every use of the extended atomics UCX makes (rc_mlx5's mapping), on 4 and
+ * 8 bytes: fetch-add, swap, compare-and-swap, and, or, xor; plus a masked
+ * compare and a field-boundary add. */
+static void test_masked_atomics(void **state)
+{
+    const uint8_t CS = MLX5_OPCODE_ATOMIC_MASKED_CS;
+    const uint8_t FA = MLX5_OPCODE_ATOMIC_MASKED_FA;
+    fx_t *f          = *state;
+    uint32_t *w32    = (uint32_t *)(f->buf[1] + 64);
+    uint64_t *w64    = (uint64_t *)(f->buf[1] + 128);
+
+    /* 4 bytes; the neighbouring 4 bytes stay untouched. */
+    w32[0] = 0xfffffffe;
+    w32[1] = 0x5a5a5a5a;
+    assert_int_equal(masked(f, FA, 4, 64, 3, 0, 0, 0), 0xfffffffe);
+    assert_int_equal(w32[0], 1); /* wraps in 32 bits */
+    assert_int_equal(w32[1], 0x5a5a5a5a);
+    assert_int_equal(masked(f, CS, 4, 64, 0xabcd, 0, ~0u, 0), 1); /* swap */
+    assert_int_equal(w32[0], 0xabcd);
+    /* cswap: compare mask all ones; a miss changes nothing. */
+    assert_int_equal(masked(f, CS, 4, 64, 7, 0xabce, ~0u, ~0u), 0xabcd);
+    assert_int_equal(w32[0], 0xabcd);
+    assert_int_equal(masked(f, CS, 4, 64, 7, 0xabcd, ~0u, ~0u), 0xabcd);
+    assert_int_equal(w32[0], 7);
+    /* and: swap v under mask ~v; or: swap v under mask v; xor: FA with
+     * every bit a field boundary. */
+    w32[0] = 0xf0f0f0f0;
+    assert_int_equal(masked(f, CS, 4, 64, 0xff00ff00, 0, ~0xff00ff00u, 0),
+                     0xf0f0f0f0);
+    assert_int_equal(w32[0], 0xf000f000);
+    assert_int_equal(masked(f, CS, 4, 64, 0x0000000f, 0, 0x0000000f, 0),
+                     0xf000f000);
+    assert_int_equal(w32[0], 0xf000f00f);
+    assert_int_equal(masked(f, FA, 4, 64, 0xffff0001, ~0u, 0, 0), 0xf000f00f);
+    assert_int_equal(w32[0], 0x0ffff00e);
+    /* Compare under a mask: only the low byte must match. */
+    w32[0] = 0x12345678;
+    assert_int_equal(masked(f, CS, 4, 64, 0xaa, 0xffffff78, 0xff, 0xff),
+                     0x12345678);
+    assert_int_equal(w32[0], 0x123456aa);
+    assert_int_equal(w32[1], 0x5a5a5a5a);
+
+    /* 8 bytes. */
+    w64[0] = 0xffffffffffffffffull;
+    w64[1] = 0x5a5a5a5a5a5a5a5aull;
+    assert_int_equal(masked(f, FA, 8, 128, 2, 0, 0, 0), ~0ull);
+    assert_int_equal(w64[0], 1);
+    assert_int_equal(masked(f, CS, 8, 128, 0x1122334455667788ull, 0, ~0ull, 0),
+                     1);
+    assert_int_equal(w64[0], 0x1122334455667788ull);
+    assert_int_equal(
+        masked(f, CS, 8, 128, 5, 0x1122334455667789ull, ~0ull, ~0ull),
+        0x1122334455667788ull);
+    assert_int_equal(w64[0], 0x1122334455667788ull);
+    assert_int_equal(
+        masked(f, CS, 8, 128, 5, 0x1122334455667788ull, ~0ull, ~0ull),
+        0x1122334455667788ull);
+    assert_int_equal(w64[0], 5);
+    w64[0] = 0xff00ff00ff00ff00ull;
+    assert_int_equal(masked(f, CS, 8, 128, 0x0ff00ff00ff00ff0ull, 0,
+                            ~0x0ff00ff00ff00ff0ull, 0),
+                     0xff00ff00ff00ff00ull);
+    assert_int_equal(w64[0], 0x0f000f000f000f00ull);
+    assert_int_equal(masked(f, CS, 8, 128, 0x8000000000000001ull, 0,
+                            0x8000000000000001ull, 0),
+                     0x0f000f000f000f00ull);
+    assert_int_equal(w64[0], 0x8f000f000f000f01ull);
+    assert_int_equal(masked(f, FA, 8, 128, 0xffffffff00000001ull, ~0ull, 0, 0),
+                     0x8f000f000f000f01ull);
+    assert_int_equal(w64[0], 0x70fff0ff0f000f00ull);
+    /* Field boundary at bit 31: two 32-bit adds, no carry between them. */
+    w64[0] = 0x00000001ffffffffull;
+    assert_int_equal(masked(f, FA, 8, 128, 0x0000000100000001ull,
+                            0x0000000080000000ull, 0, 0),
+                     0x00000001ffffffffull);
+    assert_int_equal(w64[0], 0x0000000200000000ull);
+    assert_int_equal(w64[1], 0x5a5a5a5a5a5a5a5aull);
+}
+
 static void test_nop_and_cq_wrap(void **state)
 {
     fx_t *f = *state;
@@ -556,6 +665,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_inline_and_empty, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_atomics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_masked_atomics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nop_and_cq_wrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sq_wraparound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_srq, setup, teardown),

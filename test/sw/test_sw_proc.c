@@ -425,6 +425,109 @@ static void test_two_sided_opcodes(void **state)
     proc_stop(&p, &s);
 }
 
+/* Masked (extended) atomics on another process's memory, several in flight:
+ * each operation UCX builds from them on 4 and 8 bytes, mixed with plain
+ * 8-byte ones on the same words; results big-endian in their size; final
+ * values read back with RDMA READ. */
+static void test_masked_atomics_across(void **state)
+{
+    const uint8_t CS = MLX5_OPCODE_ATOMIC_MASKED_CS;
+    const uint8_t FA = MLX5_OPCODE_ATOMIC_MASKED_FA;
+    /* The child's buffer is zeroed: w64 = child word BUF-16, the 4-byte
+     * words are its halves (host order, little-endian here) and BUF-8. */
+    const uint64_t w64 = 16, w32 = 8;
+    struct mlx5_cqe64 cqe;
+    uint8_t *res;
+    uint32_t r32[8];
+    uint64_t r64[8], *back;
+    unsigned i, n = 0;
+    side_t s;
+    proc_t p;
+
+    (void)state;
+    proc_start(&p, &s, 'p', 7);
+    res  = s.buf + 4096;
+    back = (uint64_t *)(s.buf + 8192);
+    memset(res, 0xee, 128);
+#define RES(_i) (res + 16 * (_i))
+    /* 4 bytes at BUF-8: fadd 7 -> 7, swap 0x100 -> 0x100, cswap miss,
+     * cswap hit -> 0x1ff, and 0xf0 -> 0xf0, or 0x3 -> 0xf3, xor 0xff ->
+     * 0x0c. */
+    sw_test_masked(&s.qp, FA, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey, 7,
+                   0, 0, 0, RES(n++), 4, s.lkey);
+    sw_test_masked(&s.qp, CS, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey,
+                   0x100, 0, ~0u, 0, RES(n++), 4, s.lkey);
+    sw_test_masked(&s.qp, CS, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey,
+                   0x1ff, 0x101, ~0u, ~0u, RES(n++), 4, s.lkey);
+    sw_test_masked(&s.qp, CS, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey,
+                   0x1ff, 0x100, ~0u, ~0u, RES(n++), 4, s.lkey);
+    sw_test_masked(&s.qp, CS, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey,
+                   0xf0, 0, ~0xf0u, 0, RES(n++), 4, s.lkey);
+    sw_test_masked(&s.qp, CS, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey,
+                   0x3, 0, 0x3, 0, RES(n++), 4, s.lkey);
+    sw_test_masked(&s.qp, FA, 0x8, 4, 4, s.peer.buf + BUF - w32, s.peer.rkey,
+                   0xff, ~0u, 0, 0, RES(n++), 4, s.lkey);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        memcpy(&r32[i], RES(i), 4);
+        assert_int_equal(RES(i)[4], 0xee);
+    }
+    assert_int_equal(be32toh(r32[0]), 0);
+    assert_int_equal(be32toh(r32[1]), 7);
+    assert_int_equal(be32toh(r32[2]), 0x100);
+    assert_int_equal(be32toh(r32[3]), 0x100);
+    assert_int_equal(be32toh(r32[4]), 0x1ff);
+    assert_int_equal(be32toh(r32[5]), 0xf0);
+    assert_int_equal(be32toh(r32[6]), 0xf3);
+
+    /* 8 bytes at BUF-16: plain fadd 5, masked swap, masked fadd with a
+     * carry into the high half, masked xor, masked cswap on the low 4
+     * bytes of its high half, then a 4-byte fadd on its high half. */
+    n = 0;
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_ATOMIC_FA, 4, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf + BUF - w64, s.peer.rkey);
+    sw_test_atomic(&s.qp, 2, 5, 0);
+    sw_test_dseg(&s.qp, 3, RES(n++), 8, s.lkey);
+    sw_test_ring(&s.qp, 4);
+    sw_test_masked(&s.qp, CS, 0x9, 8, 5, s.peer.buf + BUF - w64, s.peer.rkey,
+                   0xfffffffffull, 0, ~0ull, 0, RES(n++), 8, s.lkey);
+    sw_test_masked(&s.qp, FA, 0x9, 8, 4, s.peer.buf + BUF - w64, s.peer.rkey, 1,
+                   0, 0, 0, RES(n++), 8, s.lkey);
+    sw_test_masked(&s.qp, FA, 0x9, 8, 4, s.peer.buf + BUF - w64, s.peer.rkey,
+                   0xff000000000000ffull, ~0ull, 0, 0, RES(n++), 8, s.lkey);
+    sw_test_masked(&s.qp, CS, 0x9, 8, 5, s.peer.buf + BUF - w64, s.peer.rkey,
+                   0x1234ull << 32, 0x10ull << 32, ~0ull << 32, 0xffffull << 32,
+                   RES(n++), 8, s.lkey);
+    sw_test_masked(&s.qp, FA, 0x8, 4, 4, s.peer.buf + BUF - w64 + 4,
+                   s.peer.rkey, 1, 0, 0, 0, RES(n++), 4, s.lkey);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        memcpy(&r64[i], RES(i), 8);
+    }
+    assert_int_equal(be64toh(r64[0]), 0);
+    assert_int_equal(be64toh(r64[1]), 5);
+    assert_int_equal(be64toh(r64[2]), 0xfffffffffull);
+    assert_int_equal(be64toh(r64[3]), 0x1000000000ull);
+    assert_int_equal(be64toh(r64[4]), 0xff000010000000ffull);
+    memcpy(&r32[0], RES(5), 4);
+    assert_int_equal(be32toh(r32[0]), 0x1234);
+    assert_int_equal(RES(5)[4], 0xee);
+
+    sw_test_ctrl(&s.qp, MLX5_OPCODE_RDMA_READ, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(&s.qp, 1, s.peer.buf + BUF - 16, s.peer.rkey);
+    sw_test_dseg(&s.qp, 2, back, 16, s.lkey);
+    sw_test_ring(&s.qp, 3);
+    assert_int_equal(side_poll(&s, &s.scq, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(back[0], 0x00001235000000ffull);
+    memcpy(&r32[0], (uint8_t *)back + 8, 4);
+    assert_int_equal(r32[0], 0x0c);
+#undef RES
+    proc_stop(&p, &s);
+}
+
 /* Child posted 16 receives; the 17th SEND waits in RNR (rnr_retry 7) until
  * the child reposts, which it does only while echoing. Here: the child is
  * passive, so rnr_retry 1 ends in 0x16 after the 16 that fit. */
@@ -836,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_one_sided),
         cmocka_unit_test(test_two_sided_echo),
         cmocka_unit_test(test_two_sided_opcodes),
+        cmocka_unit_test(test_masked_atomics_across),
         cmocka_unit_test(test_rnr_across),
         cmocka_unit_test(test_srq_two_senders),
         cmocka_unit_test(test_dead_peer),
