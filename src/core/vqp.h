@@ -46,11 +46,19 @@ typedef enum vqp_opcode {
     VQP_OP_READ,
     VQP_OP_SEND,
     VQP_OP_SEND_IMM,
-    VQP_OP_ATOMIC_FA,
-    VQP_OP_ATOMIC_CS,
-    VQP_OP_FLUSH,      /* completes when everything posted before it has */
-    VQP_OP_RECV,       /* completion of a data receive (SEND arrived) */
-    VQP_OP_RECV_NOTIFY /* completion of a notification (WRITE_IMM arrived) */
+    /* Atomics: length is the operand's size, 8 or 4 bytes (local and remote
+     * addresses aligned to it); the old value lands at local_addr in host
+     * order. 8-byte FA and CS are the basic ones; everything else uses the
+     * extended (masked) forms a ConnectX offers. */
+    VQP_OP_ATOMIC_FA,   /* fetch-and-add compare_add */
+    VQP_OP_ATOMIC_CS,   /* compare with compare_add, swap in swap */
+    VQP_OP_ATOMIC_SWAP, /* store compare_add */
+    VQP_OP_ATOMIC_AND,  /* and with compare_add */
+    VQP_OP_ATOMIC_OR,   /* or with compare_add */
+    VQP_OP_ATOMIC_XOR,  /* xor with compare_add */
+    VQP_OP_FLUSH,       /* completes when everything posted before it has */
+    VQP_OP_RECV,        /* completion of a data receive (SEND arrived) */
+    VQP_OP_RECV_NOTIFY  /* completion of a notification (WRITE_IMM arrived) */
 } vqp_opcode_t;
 
 enum {
@@ -71,7 +79,7 @@ typedef struct vqp_send_wr {
     uint32_t lkey[VQP_MAX_DEVS];
     uint32_t rkey[VQP_MAX_DEVS];
     uint32_t imm;         /* WRITE_IMM / SEND_IMM, host order */
-    uint64_t compare_add; /* ATOMIC_FA: add; ATOMIC_CS: compare */
+    uint64_t compare_add; /* ATOMIC_CS: compare; other atomics: operand */
     uint64_t swap;        /* ATOMIC_CS */
 } vqp_send_wr_t;
 

@@ -38,13 +38,60 @@ static UCS_F_ALWAYS_INLINE vqp_pqp_t *vqp_pick_data_qp(vqp_t *vqp)
     return NULL;
 }
 
-static UCS_F_ALWAYS_INLINE vqp_mlx5_sge_t vqp_atomic_sge(const vqp_t *vqp,
-                                                         uint32_t opn,
-                                                         unsigned dev)
+static UCS_F_ALWAYS_INLINE int vqp_opcode_is_atomic(unsigned opcode)
 {
-    vqp_mlx5_sge_t sge = {(uintptr_t)&vqp->atomic_res[opn & vqp->op_mask],
-                          sizeof(uint64_t), vqp->atomic_lkey[dev]};
-    return sge;
+    return (opcode >= VQP_OP_ATOMIC_FA) && (opcode <= VQP_OP_ATOMIC_XOR);
+}
+
+/* Post the WQE of atomic operation @a opn; its result goes to the
+ * operation's own slot (its first @a op->length bytes). 8-byte FA and CS
+ * take the basic opcodes; the rest is masked CS/FA as rc_mlx5 builds them:
+ * a masked CS replaces the bits of swap_mask when the bits of compare_mask
+ * match; a masked FA with every bit a field boundary adds without carries,
+ * which is XOR. */
+static int vqp_post_atomic(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
+                           unsigned flags)
+{
+    const vqp_op_t *op = VQP_OP(vqp, opn);
+    unsigned d         = pqp->dev;
+    unsigned size      = (unsigned)op->length;
+    uint64_t v         = op->compare_add;
+    vqp_mlx5_sge_t sg  = {(uintptr_t)&vqp->atomic_res[opn & vqp->op_mask], size,
+                          vqp->atomic_lkey[d]};
+    const uint8_t mcs  = MLX5_OPCODE_ATOMIC_MASKED_CS;
+    const uint8_t mfa  = MLX5_OPCODE_ATOMIC_MASKED_FA;
+
+    switch (op->opcode) {
+    case VQP_OP_ATOMIC_FA:
+        if (size == sizeof(uint64_t)) {
+            return vqp_mlx5_post_atomic_fa(&pqp->tx, &sg, op->raddr,
+                                           op->rkey[d], v, flags);
+        }
+        return vqp_mlx5_post_masked_atomic(&pqp->tx, mfa, size, &sg, op->raddr,
+                                           op->rkey[d], v, 0, 0, 0, flags);
+    case VQP_OP_ATOMIC_CS:
+        if (size == sizeof(uint64_t)) {
+            return vqp_mlx5_post_atomic_cs(&pqp->tx, &sg, op->raddr,
+                                           op->rkey[d], v, op->swap, flags);
+        }
+        return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
+                                           op->rkey[d], op->swap, v, UINT64_MAX,
+                                           UINT64_MAX, flags);
+    case VQP_OP_ATOMIC_SWAP:
+        return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
+                                           op->rkey[d], v, 0, UINT64_MAX, 0,
+                                           flags);
+    case VQP_OP_ATOMIC_AND:
+        return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
+                                           op->rkey[d], v, 0, ~v, 0, flags);
+    case VQP_OP_ATOMIC_OR:
+        return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
+                                           op->rkey[d], v, 0, v, 0, flags);
+    default: /* VQP_OP_ATOMIC_XOR */
+        return vqp_mlx5_post_masked_atomic(&pqp->tx, mfa, size, &sg, op->raddr,
+                                           op->rkey[d], v, UINT64_MAX, 0, 0,
+                                           flags);
+    }
 }
 
 static UCS_F_ALWAYS_INLINE int vqp_op_is_idempotent(const vqp_op_t *op)
@@ -125,15 +172,8 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
             ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm),
                                          flags);
             break;
-        case VQP_OP_ATOMIC_FA:
-            sg  = vqp_atomic_sge(vqp, opn, d);
-            ret = vqp_mlx5_post_atomic_fa(&pqp->tx, &sg, op->raddr, op->rkey[d],
-                                          op->compare_add, flags);
-            break;
-        default: /* VQP_OP_ATOMIC_CS */
-            sg  = vqp_atomic_sge(vqp, opn, d);
-            ret = vqp_mlx5_post_atomic_cs(&pqp->tx, &sg, op->raddr, op->rkey[d],
-                                          op->compare_add, op->swap, flags);
+        default: /* the atomics */
+            ret = vqp_post_atomic(vqp, pqp, opn, flags);
             break;
         }
         break;
@@ -484,6 +524,23 @@ static void vqp_dispatch(vqp_t *vqp)
     }
 }
 
+/* The device returned the old value big-endian, in the operand's size, into
+ * the operation's own slot (a user buffer shared by several atomics in
+ * flight would be overwritten before we got to it). */
+static UCS_F_ALWAYS_INLINE void vqp_atomic_result(const vqp_t *vqp,
+                                                  const vqp_op_t *op)
+{
+    const uint64_t *slot = &vqp->atomic_res[vqp->op_head & vqp->op_mask];
+    uint32_t r32;
+
+    if (op->length == sizeof(uint64_t)) {
+        *(uint64_t *)(uintptr_t)op->laddr = be64toh(*slot);
+    } else {
+        memcpy(&r32, slot, sizeof(r32));
+        *(uint32_t *)(uintptr_t)op->laddr = be32toh(r32);
+    }
+}
+
 /* Report finished operations at the head, in posting order. Returns
  * non-zero when any was. */
 static int vqp_report(vqp_t *vqp)
@@ -497,13 +554,8 @@ static int vqp_report(vqp_t *vqp)
         if (op->remaining != 0) {
             break;
         }
-        if ((op->status == UCS_OK) && ((op->opcode == VQP_OP_ATOMIC_FA) ||
-                                       (op->opcode == VQP_OP_ATOMIC_CS))) {
-            /* The device returned the old value big-endian into the
-             * operation's own slot (a user buffer shared by several atomics
-             * in flight would be overwritten before we got to it). */
-            *(uint64_t *)(uintptr_t)op->laddr =
-                be64toh(vqp->atomic_res[vqp->op_head & vqp->op_mask]);
+        if ((op->status == UCS_OK) && vqp_opcode_is_atomic(op->opcode)) {
+            vqp_atomic_result(vqp, op);
         }
         ++vqp->op_head;
         ++vqp->stats.ops_completed;
@@ -683,11 +735,16 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
         break;
     case VQP_OP_ATOMIC_FA:
     case VQP_OP_ATOMIC_CS:
-        if ((wr->length != 8) || (wr->remote_addr & 7) ||
-            (wr->local_addr & 7)) {
-            ucs_error("vqp %p: atomic needs 8 bytes at 8-byte aligned local"
-                      " and remote addresses (length %lu, local 0x%lx, remote"
-                      " 0x%lx)",
+    case VQP_OP_ATOMIC_SWAP:
+    case VQP_OP_ATOMIC_AND:
+    case VQP_OP_ATOMIC_OR:
+    case VQP_OP_ATOMIC_XOR:
+        if (((wr->length != 8) && (wr->length != 4)) ||
+            (wr->remote_addr & (wr->length - 1)) ||
+            (wr->local_addr & (wr->length - 1))) {
+            ucs_error("vqp %p: atomic needs 8 or 4 bytes at local and remote"
+                      " addresses aligned to that size (length %lu, local"
+                      " 0x%lx, remote 0x%lx)",
                       vqp, wr->length, wr->local_addr, wr->remote_addr);
             return UCS_ERR_INVALID_PARAM;
         }

@@ -487,6 +487,118 @@ static void test_atomics(void **state)
     pair_destroy(&p);
 }
 
+/* Every atomic on 8 and 4 bytes, all in flight at once (each returns into
+ * its own buffer), over every layout: results in host order, 4-byte ones
+ * writing only 4 bytes; the targets' final values; a 4-byte atomic leaves
+ * the other half of its 8-byte word alone. */
+static void run_atomics_ext(unsigned num_qps, vqp_lb_t lb)
+{
+    static const vqp_opcode_t ops[] = {VQP_OP_ATOMIC_FA,  VQP_OP_ATOMIC_CS,
+                                       VQP_OP_ATOMIC_CS,  VQP_OP_ATOMIC_SWAP,
+                                       VQP_OP_ATOMIC_AND, VQP_OP_ATOMIC_OR,
+                                       VQP_OP_ATOMIC_XOR};
+    /* Operands and, for CS, the swap value: the first CS misses. */
+    static const uint64_t arg[]  = {0x0000000100000003ull, 0x1234,
+                                    0x0000000100000001ull, 0xf0f0f0f0f0f0f0f0ull,
+                                    0xff00ff00ff00ff00ull, 0x0000000f0000000full,
+                                    0xffffffffffffffffull};
+    static const uint64_t swap[] = {0, 77, 0x8000000080000000ull, 0, 0, 0, 0};
+    vqp_params_t params          = base_params(num_qps, lb);
+    const unsigned n             = sizeof(ops) / sizeof(ops[0]);
+    uint64_t *r64, *t64, expect, old, v;
+    uint32_t *r32, *t32, e32, o32, v32;
+    unsigned i;
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    pair_create(&p, &params);
+    t64    = (uint64_t *)(p.b.buf + 4096);
+    t32    = (uint32_t *)(p.b.buf + 4104);
+    r64    = (uint64_t *)(p.a.buf + 4096);
+    r32    = (uint32_t *)(p.a.buf + 8192);
+    *t64   = 0xfffffffffffffffeull;
+    t32[0] = 0xfffffffe;
+    t32[1] = 0x5a5a5a5a;
+    memset(r32, 0xee, 2 * n * sizeof(*r32));
+    for (i = 0; i < n; ++i) {
+        wr             = make_wr(&p.a, &p.b, ops[i], i, 4096 + 8 * i, 4096, 8);
+        wr.compare_add = arg[i];
+        wr.swap        = swap[i];
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        wr = make_wr(&p.a, &p.b, ops[i], n + i, 8192 + 8 * i, 4104, 4);
+        wr.compare_add = arg[i];
+        wr.swap        = swap[i];
+        if (ops[i] == VQP_OP_ATOMIC_CS) {
+            /* 4-byte compare values: the first misses, the second hits */
+            wr.compare_add = (i == 1) ? 0x1234 : 0x00000001;
+        }
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    pair_wait(&p, 2 * n, 0);
+    for (i = 0; i < 2 * n; ++i) {
+        assert_int_equal(p.a.wcs[i].status, UCS_OK);
+        assert_int_equal(p.a.wcs[i].wr_id, (i % 2) ? n + i / 2 : i / 2);
+        assert_int_equal(p.a.wcs[i].opcode, ops[i / 2]);
+    }
+    /* The same sequence on a local copy gives the expected values. */
+    expect = 0xfffffffffffffffeull;
+    e32    = 0xfffffffe;
+    for (i = 0; i < n; ++i) {
+        old = expect;
+        o32 = e32;
+        v   = arg[i];
+        v32 = (uint32_t)v;
+        switch (ops[i]) {
+        case VQP_OP_ATOMIC_FA:
+            expect += v;
+            e32 += v32;
+            break;
+        case VQP_OP_ATOMIC_CS:
+            expect = (expect == v) ? swap[i] : expect;
+            v32    = (i == 1) ? 0x1234 : 0x00000001;
+            e32    = (e32 == v32) ? (uint32_t)swap[i] : e32;
+            break;
+        case VQP_OP_ATOMIC_SWAP:
+            expect = v;
+            e32    = v32;
+            break;
+        case VQP_OP_ATOMIC_AND:
+            expect &= v;
+            e32 &= v32;
+            break;
+        case VQP_OP_ATOMIC_OR:
+            expect |= v;
+            e32 |= v32;
+            break;
+        default:
+            expect ^= v;
+            e32 ^= v32;
+            break;
+        }
+        assert_int_equal(r64[i], old);
+        assert_int_equal(r32[2 * i], o32);
+        assert_int_equal(r32[2 * i + 1], 0xeeeeeeee);
+    }
+    /* The chain went through both CS outcomes (the second swapped). */
+    assert_int_equal(r64[2], 0x0000000100000001ull);
+    assert_int_equal(r64[3], 0x8000000080000000ull);
+    assert_int_equal(r32[4], 0x00000001);
+    assert_int_equal(r32[6], 0x80000000);
+    assert_int_equal(*t64, expect);
+    assert_int_equal(t32[0], e32);
+    assert_int_equal(t32[1], 0x5a5a5a5a);
+    assert_int_equal(*t64, 0x0fff0ff00fff0ff0ull);
+    assert_int_equal(e32, 0x0fff0ff0);
+    pair_destroy(&p);
+}
+
+static void test_atomics_ext(void **state)
+{
+    run_atomics_ext(1, VQP_LB_DQPLB);
+    run_atomics_ext(4, VQP_LB_DQPLB);
+    run_atomics_ext(3, VQP_LB_SPRAY);
+}
+
 /* More operations than the QPs can hold: they wait inside and all complete
  * in order; a full operation ring says NO_RESOURCE. */
 static void test_backpressure(void **state)
@@ -1058,7 +1170,17 @@ static void test_post_errors(void **state)
     pair_create(&p, &params);
     wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_FA, 1, 4, 8, 8);
     assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
-    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_CS, 1, 8, 8, 4);
+    /* An operand of neither 8 nor 4 bytes, or one not aligned to its
+     * size on either side. */
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_CS, 1, 8, 8, 2);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_SWAP, 1, 8, 8, 16);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_AND, 1, 8, 6, 4);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_XOR, 1, 2, 8, 4);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
+    wr = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_OR, 1, 8, 4, 8);
     assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
     wr = make_wr(&p.a, &p.b, VQP_OP_RECV, 1, 0, 0, 8);
     assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_INVALID_PARAM);
@@ -1088,6 +1210,7 @@ int main(void)
         cmocka_unit_test(test_ping_pong_1qp),
         cmocka_unit_test(test_rq_counter_wrap),
         cmocka_unit_test(test_atomics),
+        cmocka_unit_test(test_atomics_ext),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_unsignaled_and_flush),
         cmocka_unit_test(test_unsignaled_and_flush_1qp),
