@@ -65,6 +65,11 @@ typedef struct uct_rc_vqp_rx_desc {
     uct_recv_desc_t *release;
 } uct_rc_vqp_rx_desc_t;
 
+/* and, or, xor: extended atomics (masked compare-and-swap / fetch-and-add) */
+#define UCT_RC_VQP_ATOMIC_BITWISE                             \
+    (UCS_BIT(UCT_ATOMIC_OP_AND) | UCS_BIT(UCT_ATOMIC_OP_OR) | \
+     UCS_BIT(UCT_ATOMIC_OP_XOR))
+
 typedef struct uct_rc_vqp_iface {
     uct_base_iface_t super;
     vqp_dev_t *dev;
@@ -82,7 +87,8 @@ typedef struct uct_rc_vqp_iface {
     size_t rx_headroom;
     unsigned rx_per_ep;
     size_t ep_addr_len;
-    uint64_t scratch; /* result of atomics without fetch */
+    uint64_t scratch;          /* result of atomics without fetch */
+    uint32_t ext_atomic_sizes; /* vqp_dev_attr_t.ext_atomic_sizes */
 } uct_rc_vqp_iface_t;
 
 enum {
@@ -151,6 +157,18 @@ ucs_status_t uct_rc_vqp_ep_atomic64_fetch(uct_ep_h tl_ep,
 ucs_status_t uct_rc_vqp_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
                                           uint64_t swap, uint64_t remote_addr,
                                           uct_rkey_t rkey, uint64_t *result,
+                                          uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode,
+                                         uint32_t value, uint64_t remote_addr,
+                                         uct_rkey_t rkey);
+ucs_status_t uct_rc_vqp_ep_atomic32_fetch(uct_ep_h tl_ep,
+                                          uct_atomic_op_t opcode,
+                                          uint32_t value, uint32_t *result,
+                                          uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t *comp);
+ucs_status_t uct_rc_vqp_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
+                                          uint32_t swap, uint64_t remote_addr,
+                                          uct_rkey_t rkey, uint32_t *result,
                                           uct_completion_t *comp);
 ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                  uct_completion_t *comp);

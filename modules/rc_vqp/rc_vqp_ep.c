@@ -492,43 +492,117 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     return UCS_OK;
 }
 
+/* The core's opcode for UCT atomic @a op on @a size bytes, or
+ * UCS_ERR_UNSUPPORTED: 64-bit add (and cswap, its own call) are basic;
+ * everything else needs the device's extended atomics of that size; swap
+ * only fetches (as in rc_mlx5); cswap is not an op of post/fetch. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_rc_vqp_atomic_opcode(const uct_rc_vqp_iface_t *iface, unsigned op,
+                         unsigned size, int fetch, vqp_opcode_t *vop)
+{
+    switch (op) {
+    case UCT_ATOMIC_OP_ADD:
+        *vop = VQP_OP_ATOMIC_FA;
+        if (size == sizeof(uint64_t)) {
+            return UCS_OK;
+        }
+        break;
+    case UCT_ATOMIC_OP_AND:
+        *vop = VQP_OP_ATOMIC_AND;
+        break;
+    case UCT_ATOMIC_OP_OR:
+        *vop = VQP_OP_ATOMIC_OR;
+        break;
+    case UCT_ATOMIC_OP_XOR:
+        *vop = VQP_OP_ATOMIC_XOR;
+        break;
+    case UCT_ATOMIC_OP_SWAP:
+        *vop = VQP_OP_ATOMIC_SWAP;
+        if (!fetch) {
+            return UCS_ERR_UNSUPPORTED;
+        }
+        break;
+    default:
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return (iface->ext_atomic_sizes & size) ? UCS_OK : UCS_ERR_UNSUPPORTED;
+}
+
+/* An atomic on @a size (8 or 4) bytes; the old value lands at @a result
+ * in host order when it completes. */
 static ucs_status_t uct_rc_vqp_ep_atomic(uct_rc_vqp_ep_t *ep,
-                                         vqp_opcode_t opcode,
+                                         vqp_opcode_t opcode, unsigned size,
                                          uint64_t compare_add, uint64_t swap,
-                                         uint64_t *result, uint64_t remote_addr,
+                                         void *result, uint64_t remote_addr,
                                          uct_rkey_t rkey,
                                          uct_completion_t *comp)
 {
     ucs_status_t status;
     vqp_send_wr_t wr;
 
-    if (remote_addr & 7) {
-        ucs_error("rc_vqp: 64-bit atomic at unaligned address 0x%lx",
+    if (remote_addr & (size - 1)) {
+        ucs_error("rc_vqp: %u-bit atomic at unaligned address 0x%lx", size * 8,
                   remote_addr);
         return UCS_ERR_INVALID_PARAM;
     }
     uct_rc_vqp_wr_init(&wr, opcode, (uintptr_t)comp, VQP_SEND_SIGNALED, result,
-                       sizeof(*result), 0, remote_addr, rkey);
+                       size, 0, remote_addr, rkey);
     wr.compare_add = compare_add;
     wr.swap        = swap;
     status         = uct_rc_vqp_ep_post(ep, &wr);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 
+/* post: no result for the user; it lands in the interface's scratch word. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_rc_vqp_ep_atomic_post(uct_ep_h tl_ep, unsigned opcode, unsigned size,
+                          uint64_t value, uint64_t remote_addr, uct_rkey_t rkey)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    vqp_opcode_t vop;
+    ucs_status_t status;
+
+    status = uct_rc_vqp_atomic_opcode(iface, opcode, size, 0, &vop);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = uct_rc_vqp_ep_atomic(ep, vop, size, value, 0, &iface->scratch,
+                                  remote_addr, rkey, NULL);
+    return (status == UCS_INPROGRESS) ? UCS_OK : status;
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_atomic_fetch(
+    uct_ep_h tl_ep, unsigned opcode, unsigned size, uint64_t value,
+    void *result, uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    vqp_opcode_t vop;
+    ucs_status_t status;
+
+    status = uct_rc_vqp_atomic_opcode(UCT_RC_VQP_EP_IFACE(ep), opcode, size, 1,
+                                      &vop);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return uct_rc_vqp_ep_atomic(ep, vop, size, value, 0, result, remote_addr,
+                                rkey, comp);
+}
+
 ucs_status_t uct_rc_vqp_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
                                          uint64_t value, uint64_t remote_addr,
                                          uct_rkey_t rkey)
 {
-    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
-    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
-    ucs_status_t status;
+    return uct_rc_vqp_ep_atomic_post(tl_ep, opcode, sizeof(uint64_t), value,
+                                     remote_addr, rkey);
+}
 
-    if (opcode != UCT_ATOMIC_OP_ADD) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    status = uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_FA, value, 0,
-                                  &iface->scratch, remote_addr, rkey, NULL);
-    return (status == UCS_INPROGRESS) ? UCS_OK : status;
+ucs_status_t uct_rc_vqp_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode,
+                                         uint32_t value, uint64_t remote_addr,
+                                         uct_rkey_t rkey)
+{
+    return uct_rc_vqp_ep_atomic_post(tl_ep, opcode, sizeof(uint32_t), value,
+                                     remote_addr, rkey);
 }
 
 ucs_status_t uct_rc_vqp_ep_atomic64_fetch(uct_ep_h tl_ep,
@@ -537,13 +611,18 @@ ucs_status_t uct_rc_vqp_ep_atomic64_fetch(uct_ep_h tl_ep,
                                           uint64_t remote_addr, uct_rkey_t rkey,
                                           uct_completion_t *comp)
 {
-    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    return uct_rc_vqp_ep_atomic_fetch(tl_ep, opcode, sizeof(uint64_t), value,
+                                      result, remote_addr, rkey, comp);
+}
 
-    if (opcode != UCT_ATOMIC_OP_ADD) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    return uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_FA, value, 0, result,
-                                remote_addr, rkey, comp);
+ucs_status_t uct_rc_vqp_ep_atomic32_fetch(uct_ep_h tl_ep,
+                                          uct_atomic_op_t opcode,
+                                          uint32_t value, uint32_t *result,
+                                          uint64_t remote_addr, uct_rkey_t rkey,
+                                          uct_completion_t *comp)
+{
+    return uct_rc_vqp_ep_atomic_fetch(tl_ep, opcode, sizeof(uint32_t), value,
+                                      result, remote_addr, rkey, comp);
 }
 
 ucs_status_t uct_rc_vqp_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
@@ -553,8 +632,22 @@ ucs_status_t uct_rc_vqp_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
 {
     uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
 
-    return uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_CS, compare, swap, result,
-                                remote_addr, rkey, comp);
+    return uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_CS, sizeof(uint64_t), compare,
+                                swap, result, remote_addr, rkey, comp);
+}
+
+ucs_status_t uct_rc_vqp_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
+                                          uint32_t swap, uint64_t remote_addr,
+                                          uct_rkey_t rkey, uint32_t *result,
+                                          uct_completion_t *comp)
+{
+    uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+
+    if (!(UCT_RC_VQP_EP_IFACE(ep)->ext_atomic_sizes & sizeof(uint32_t))) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return uct_rc_vqp_ep_atomic(ep, VQP_OP_ATOMIC_CS, sizeof(uint32_t), compare,
+                                swap, result, remote_addr, rkey, comp);
 }
 
 /* ------------------------------------------------ flush, fence, pending */

@@ -272,9 +272,23 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
                       UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_EP |
                       UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                       UCT_IFACE_FLAG_EP_CHECK;
+    /* 64-bit add and cswap are basic atomics; the rest needs the extended
+     * (masked) ones, as rc_mlx5 offers them. */
     attr->cap.atomic64.op_flags = UCS_BIT(UCT_ATOMIC_OP_ADD);
     attr->cap.atomic64.fop_flags =
         UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+    if (iface->ext_atomic_sizes & sizeof(uint64_t)) {
+        attr->cap.atomic64.op_flags |= UCT_RC_VQP_ATOMIC_BITWISE;
+        attr->cap.atomic64.fop_flags |=
+            UCT_RC_VQP_ATOMIC_BITWISE | UCS_BIT(UCT_ATOMIC_OP_SWAP);
+    }
+    if (iface->ext_atomic_sizes & sizeof(uint32_t)) {
+        attr->cap.atomic32.op_flags =
+            UCS_BIT(UCT_ATOMIC_OP_ADD) | UCT_RC_VQP_ATOMIC_BITWISE;
+        attr->cap.atomic32.fop_flags =
+            UCS_BIT(UCT_ATOMIC_OP_ADD) | UCT_RC_VQP_ATOMIC_BITWISE |
+            UCS_BIT(UCT_ATOMIC_OP_SWAP) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+    }
 
     attr->device_addr_len = vqp_dev_addr_packed_size(&dev_addr);
     attr->iface_addr_len  = 0;
@@ -383,24 +397,21 @@ static ucs_status_t uct_rc_vqp_iface_fence(uct_iface_h tl_iface, unsigned flags)
 static UCS_CLASS_DECLARE_DELETE_FUNC(uct_rc_vqp_iface_t, uct_iface_t);
 
 static uct_iface_ops_t uct_rc_vqp_iface_ops = {
-    .ep_put_short      = uct_rc_vqp_ep_put_short,
-    .ep_put_bcopy      = uct_rc_vqp_ep_put_bcopy,
-    .ep_put_zcopy      = uct_rc_vqp_ep_put_zcopy,
-    .ep_get_bcopy      = uct_rc_vqp_ep_get_bcopy,
-    .ep_get_zcopy      = uct_rc_vqp_ep_get_zcopy,
-    .ep_am_short       = uct_rc_vqp_ep_am_short,
-    .ep_am_short_iov   = uct_base_ep_am_short_iov,
-    .ep_am_bcopy       = uct_rc_vqp_ep_am_bcopy,
-    .ep_am_zcopy       = uct_rc_vqp_ep_am_zcopy,
-    .ep_atomic_cswap64 = uct_rc_vqp_ep_atomic_cswap64,
-    .ep_atomic64_post  = uct_rc_vqp_ep_atomic64_post,
-    .ep_atomic64_fetch = uct_rc_vqp_ep_atomic64_fetch,
-    .ep_atomic_cswap32 =
-        (uct_ep_atomic_cswap32_func_t)ucs_empty_function_return_unsupported,
-    .ep_atomic32_post =
-        (uct_ep_atomic32_post_func_t)ucs_empty_function_return_unsupported,
-    .ep_atomic32_fetch =
-        (uct_ep_atomic32_fetch_func_t)ucs_empty_function_return_unsupported,
+    .ep_put_short             = uct_rc_vqp_ep_put_short,
+    .ep_put_bcopy             = uct_rc_vqp_ep_put_bcopy,
+    .ep_put_zcopy             = uct_rc_vqp_ep_put_zcopy,
+    .ep_get_bcopy             = uct_rc_vqp_ep_get_bcopy,
+    .ep_get_zcopy             = uct_rc_vqp_ep_get_zcopy,
+    .ep_am_short              = uct_rc_vqp_ep_am_short,
+    .ep_am_short_iov          = uct_base_ep_am_short_iov,
+    .ep_am_bcopy              = uct_rc_vqp_ep_am_bcopy,
+    .ep_am_zcopy              = uct_rc_vqp_ep_am_zcopy,
+    .ep_atomic_cswap64        = uct_rc_vqp_ep_atomic_cswap64,
+    .ep_atomic64_post         = uct_rc_vqp_ep_atomic64_post,
+    .ep_atomic64_fetch        = uct_rc_vqp_ep_atomic64_fetch,
+    .ep_atomic_cswap32        = uct_rc_vqp_ep_atomic_cswap32,
+    .ep_atomic32_post         = uct_rc_vqp_ep_atomic32_post,
+    .ep_atomic32_fetch        = uct_rc_vqp_ep_atomic32_fetch,
     .ep_pending_add           = uct_rc_vqp_ep_pending_add,
     .ep_pending_purge         = uct_rc_vqp_ep_pending_purge,
     .ep_flush                 = uct_rc_vqp_ep_flush,
@@ -487,8 +498,9 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
         return status;
     }
 
-    self->dev      = md->dev;
-    self->seg_size = config->seg_size;
+    self->dev              = md->dev;
+    self->seg_size         = config->seg_size;
+    self->ext_atomic_sizes = attr.ext_atomic_sizes;
     self->rx_headroom =
         UCT_IFACE_PARAM_VALUE(params, rx_headroom, RX_HEADROOM, 0);
     self->rx_per_ep       = config->rx_queue_len;

@@ -334,9 +334,13 @@ static ucs_status_t vqp_dev_hw_init_port(vqp_dev_hw_t *hw,
     attr->max_cqe     = dev_attr->max_cqe;
     attr->max_srq_wr  = dev_attr->max_srq_wr;
     attr->max_rd_atom = dev_attr->max_qp_rd_atom;
-    attr->max_msg_sz  = port_attr.max_msg_sz;
-    attr->path_mtu    = vqp_dev_mtu_bytes(port_attr.active_mtu);
-    attr->bandwidth   = vqp_dev_hw_lane_rate(port_attr.active_speed) *
+    /* Which extended atomics an HCA offers, and whether its replies are
+     * big-endian, is in its DevX HCA capabilities, which we do not query
+     * yet: none are assumed. */
+    attr->ext_atomic_sizes = 0;
+    attr->max_msg_sz       = port_attr.max_msg_sz;
+    attr->path_mtu         = vqp_dev_mtu_bytes(port_attr.active_mtu);
+    attr->bandwidth        = vqp_dev_hw_lane_rate(port_attr.active_speed) *
                       vqp_dev_hw_lanes(port_attr.active_width) / 8;
     attr->max_inline = vqp_dev_hw_probe_inline(hw);
     hw->gid_index    = -1;

@@ -79,10 +79,12 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->max_cqe     = sw_attr.max_cqe;
     attr->max_srq_wr  = sw_attr.max_srq_wr;
     attr->max_rd_atom = sw_attr.max_rd_atom;
-    attr->max_msg_sz  = sw_attr.max_msg_sz;
-    attr->path_mtu    = VQP_DEV_SW_MTU;
-    attr->bandwidth   = VQP_DEV_SW_BANDWIDTH;
-    attr->gid_index   = -1;
+    /* The software device executes masked CS/FA on 4 and 8 bytes. */
+    attr->ext_atomic_sizes = sizeof(uint32_t) | sizeof(uint64_t);
+    attr->max_msg_sz       = sw_attr.max_msg_sz;
+    attr->path_mtu         = VQP_DEV_SW_MTU;
+    attr->bandwidth        = VQP_DEV_SW_BANDWIDTH;
+    attr->gid_index        = -1;
 
     vqp_sw_dev_address(dev->sw, &sw_addr);
     dev->super.addr.type        = VQP_DEV_ADDR_SW;

@@ -90,10 +90,13 @@ typedef struct vqp_dev_attr {
     uint32_t max_cqe;
     uint32_t max_srq_wr;
     uint32_t max_rd_atom; /* outstanding reads/atomics per QP */
-    uint64_t max_msg_sz;  /* largest message, bytes */
-    uint32_t path_mtu;    /* active MTU, bytes */
-    double bandwidth;     /* link data rate, bytes/s (estimates) */
-    int gid_index;        /* RoCE: the GID index in use, else -1 */
+    /* Operand sizes (bit n: n bytes, 4 and 8) of the extended (masked)
+     * atomics the device executes with big-endian replies; 0: none. */
+    uint32_t ext_atomic_sizes;
+    uint64_t max_msg_sz; /* largest message, bytes */
+    uint32_t path_mtu;   /* active MTU, bytes */
+    double bandwidth;    /* link data rate, bytes/s (estimates) */
+    int gid_index;       /* RoCE: the GID index in use, else -1 */
 } vqp_dev_attr_t;
 
 void vqp_dev_query(const vqp_dev_t *dev, vqp_dev_attr_t *attr);

@@ -700,6 +700,7 @@ static void test_open_ib(void **state)
     assert_int_equal(attr.max_cqe, 4194303);
     assert_int_equal(attr.max_srq_wr, 32767);
     assert_int_equal(attr.max_rd_atom, 16);
+    assert_int_equal(attr.ext_atomic_sizes, 0); /* not queried: none */
     assert_int_equal(attr.max_msg_sz, 1u << 30);
     assert_int_equal(attr.path_mtu, 4096);
     assert_int_equal(attr.max_inline, 256); /* probed: 1024, 512 refused */

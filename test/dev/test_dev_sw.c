@@ -121,6 +121,7 @@ static void test_open_query_close(void **state)
     assert_true(attr.max_srq_wr >= 16);
     assert_true(attr.max_msg_sz >= BUF_LEN);
     assert_true(attr.max_rd_atom >= 1);
+    assert_int_equal(attr.ext_atomic_sizes, 4 | 8);
     assert_int_equal(attr.path_mtu, 4096);
     assert_true(attr.bandwidth > 1e9);
     assert_int_equal(attr.gid_index, -1);

@@ -604,6 +604,90 @@ static void step_am(pair_t *p, unsigned step, op_t op, size_t size, int keep)
     pair_recv(p, MSG_VERDICT, step, &msg);
 }
 
+/* The value an atomic leaves on a @a size-byte word holding @a old. */
+static uint64_t atomic_apply(uct_atomic_op_t op, uint64_t old, uint64_t v,
+                             unsigned size)
+{
+    uint64_t mask = (size == 8) ? UINT64_MAX : UINT32_MAX;
+
+    switch (op) {
+    case UCT_ATOMIC_OP_ADD:
+        return (old + v) & mask;
+    case UCT_ATOMIC_OP_AND:
+        return old & v & mask;
+    case UCT_ATOMIC_OP_OR:
+        return (old | v) & mask;
+    case UCT_ATOMIC_OP_XOR:
+        return (old ^ v) & mask;
+    default: /* UCT_ATOMIC_OP_SWAP */
+        return v & mask;
+    }
+}
+
+static const char *atomic_names[] = {"add",  "and",   "or",     "xor",
+                                     "swap", "cswap", "op_last"};
+
+/* Target words of the atomics step, at this offset of each side's buffer:
+ * 64-bit, then 32-bit, then a 32-bit guard no atomic may touch. */
+#define ATOMIC_OFF 64
+
+/* One post or fetch atomic on the peer's @a size-byte word whose value is
+ * *@a expect; checks the fetched old value (4-byte results write 4 bytes)
+ * and advances *@a expect. */
+static void atomic_one(pair_t *p, unsigned size, int fetch, uct_atomic_op_t op,
+                       uint64_t value, uint64_t *expect)
+{
+    uint64_t raddr  = p->remote_buf + ATOMIC_OFF + ((size == 8) ? 0 : 8);
+    uct_rkey_t rkey = p->rkey.rkey;
+    uint32_t r32[2] = {0, 0x600dcafe};
+    uint64_t r64    = 0, got;
+    ucs_status_t st;
+    char what[64];
+
+    snprintf(what, sizeof(what), "atomic%u_%s(%s)", size * 8,
+             fetch ? "fetch" : "post", atomic_names[op]);
+    if (!fetch) {
+        RETRY(p, st,
+              (size == 8) ? uct_ep_atomic64_post(p->ep, op, value, raddr, rkey)
+                          : uct_ep_atomic32_post(p->ep, op, (uint32_t)value,
+                                                 raddr, rkey));
+        CHECK(st == UCS_OK, "%s returned %s", what, ucs_status_string(st));
+        pair_flush_ep(p); /* no ordering between operations without it */
+    } else {
+#define FETCH(_comp)                                                           \
+    ((size == 8)                                                               \
+         ? uct_ep_atomic64_fetch(p->ep, op, value, &r64, raddr, rkey, _comp)   \
+         : uct_ep_atomic32_fetch(p->ep, op, (uint32_t)value, r32, raddr, rkey, \
+                                 _comp))
+        ZCOPY_OP(p, what, FETCH);
+#undef FETCH
+        got = (size == 8) ? r64 : r32[0];
+        CHECK(got == *expect, "%s: result 0x%lx, expected 0x%lx", what,
+              (unsigned long)got, (unsigned long)*expect);
+        CHECK(r32[1] == 0x600dcafe, "%s: wrote past its 4-byte result", what);
+    }
+    *expect = atomic_apply(op, *expect, value, size);
+}
+
+/* cswap32 that hits or misses (compare is the value or not). */
+static void atomic_cswap32(pair_t *p, uint32_t compare, uint32_t swap,
+                           uint32_t *expect)
+{
+    uint64_t raddr  = p->remote_buf + ATOMIC_OFF + 8;
+    uint32_t r32[2] = {0, 0x600dcafe};
+
+#define CSWAP32(_comp) \
+    uct_ep_atomic_cswap32(p->ep, compare, swap, raddr, p->rkey.rkey, r32, _comp)
+    ZCOPY_OP(p, "atomic_cswap32", CSWAP32);
+#undef CSWAP32
+    CHECK(r32[0] == *expect, "cswap32 (%s) result 0x%x, expected 0x%x",
+          (compare == *expect) ? "hit" : "miss", r32[0], *expect);
+    CHECK(r32[1] == 0x600dcafe, "cswap32 wrote past its 4-byte result");
+    if (compare == *expect) {
+        *expect = swap;
+    }
+}
+
 /* Atomics: post add, fetch-add, cswap hit and miss, with result values. */
 static void step_atomics(pair_t *p, unsigned step)
 {
@@ -615,19 +699,43 @@ static void step_atomics(pair_t *p, unsigned step)
     pair_msg_t msg;
     ucs_status_t st;
 
+    const uint64_t post_ops =
+        UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) |
+        UCS_BIT(UCT_ATOMIC_OP_OR) | UCS_BIT(UCT_ATOMIC_OP_XOR);
+    const uint64_t fetch_ops =
+        post_ops | UCS_BIT(UCT_ATOMIC_OP_SWAP) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+    uint32_t *t32 = (uint32_t *)(p->buf + ATOMIC_OFF + 8);
+    uint32_t w0   = (uint32_t)pattern_u64(step + 2), e32c;
+    uint64_t e64, e32;
+    uct_atomic_op_t op;
+    unsigned i, size;
+
     if (!p->is_initiator) {
         *target = v0;
+        t32[0]  = w0;
+        t32[1]  = 0x5a5a5a5a; /* guard */
         pair_send(p, MSG_READY, step, 0);
         pair_recv(p, MSG_DONE, step, &msg);
         pair_send(p, MSG_VERDICT, step, *target);
+        pair_send(p, MSG_VERDICT, step,
+                  ((uint64_t)t32[1] << 32) | (uint64_t)t32[0]);
         return;
     }
-    CHECK(a->cap.atomic64.op_flags & UCS_BIT(UCT_ATOMIC_OP_ADD),
-          "no atomic add");
-    CHECK(a->cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_ADD),
-          "no atomic fetch-add");
-    CHECK(a->cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_CSWAP),
-          "no atomic cswap");
+    /* Every operation a ConnectX offers through rc_mlx5 with extended
+     * atomics, which the software device has: UCP's atomic lanes need the
+     * flags. */
+    CHECK((a->cap.atomic64.op_flags & post_ops) == post_ops,
+          "atomic64 op_flags 0x%lx lack some of 0x%lx",
+          (unsigned long)a->cap.atomic64.op_flags, (unsigned long)post_ops);
+    CHECK((a->cap.atomic64.fop_flags & fetch_ops) == fetch_ops,
+          "atomic64 fop_flags 0x%lx lack some of 0x%lx",
+          (unsigned long)a->cap.atomic64.fop_flags, (unsigned long)fetch_ops);
+    CHECK((a->cap.atomic32.op_flags & post_ops) == post_ops,
+          "atomic32 op_flags 0x%lx lack some of 0x%lx",
+          (unsigned long)a->cap.atomic32.op_flags, (unsigned long)post_ops);
+    CHECK((a->cap.atomic32.fop_flags & fetch_ops) == fetch_ops,
+          "atomic32 fop_flags 0x%lx lack some of 0x%lx",
+          (unsigned long)a->cap.atomic32.fop_flags, (unsigned long)fetch_ops);
     pair_recv(p, MSG_READY, step, &msg);
 
     RETRY(p, st,
@@ -660,11 +768,39 @@ static void step_atomics(pair_t *p, unsigned step)
 #undef CSWAP_HIT
 #undef CSWAP
 
+    /* Every post and fetch operation on both sizes, with varied operands;
+     * the 32-bit word and its guard sit right after the 64-bit one. */
+    e64 = swap;
+    e32 = w0;
+    for (size = 8; size >= 4; size -= 4) {
+        for (i = 0; i < 2; ++i) {
+            for (op = UCT_ATOMIC_OP_ADD; op <= UCT_ATOMIC_OP_SWAP; ++op) {
+                if ((i == 0) && (op == UCT_ATOMIC_OP_SWAP)) {
+                    continue; /* post has no swap */
+                }
+                atomic_one(p, size, i, op, pattern_u64(step + 10 + op + 8 * i),
+                           (size == 8) ? &e64 : &e32);
+            }
+        }
+    }
+    e32c = (uint32_t)e32;
+    atomic_cswap32(p, e32c + 1, 0x12345678, &e32c); /* miss */
+    atomic_cswap32(p, e32c, 0x12345678, &e32c);     /* hit */
+    CHECK(e32c == 0x12345678, "cswap32 did not swap");
+    atomic_cswap32(p, 0x87654321, 0x11111111, &e32c); /* miss */
+
     pair_flush_ep(p);
     pair_send(p, MSG_DONE, step, 0);
     pair_recv(p, MSG_VERDICT, step, &msg);
-    CHECK(msg.arg == swap, "target value after atomics 0x%lx, expected 0x%lx",
-          (unsigned long)msg.arg, (unsigned long)swap);
+    CHECK(msg.arg == e64, "target value after atomics 0x%lx, expected 0x%lx",
+          (unsigned long)msg.arg, (unsigned long)e64);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+    CHECK((uint32_t)msg.arg == e32c,
+          "32-bit target value after atomics 0x%x, expected 0x%x",
+          (uint32_t)msg.arg, e32c);
+    CHECK((msg.arg >> 32) == 0x5a5a5a5a,
+          "the 32-bit atomics changed the next word to 0x%x",
+          (uint32_t)(msg.arg >> 32));
 }
 
 static void pair_end(pair_t *p, unsigned step)
@@ -1021,6 +1157,9 @@ static void sem_bad_input(pair_t *p)
                                  .iface      = p->iface};
     unpack_arg_t ua           = {.dst = buf, .len = a->cap.get.max_bcopy + 1};
     uint64_t result;
+    uint32_t result32;
+    unsigned unsupported;
+    uct_atomic_op_t aop;
     uint8_t *bad_addr;
     test_comp_t comp;
     ucs_status_t st;
@@ -1056,24 +1195,50 @@ static void sem_bad_input(pair_t *p)
               ucs_status_string(st));
     }
 
-    /* unsupported atomics */
-    if (!(a->cap.atomic64.op_flags & UCS_BIT(UCT_ATOMIC_OP_XOR))) {
-        CHECK_STATUS(uct_ep_atomic64_post(p->ep, UCT_ATOMIC_OP_XOR, 1,
-                                          p->remote_buf + 64, p->rkey.rkey),
-                     UCS_ERR_UNSUPPORTED);
+    /* Unsupported atomics: every operation an interface does not advertise
+     * (post swap and cswap, fetch cswap, which has its own call, and no
+     * operation beyond the last) returns UNSUPPORTED and completes nothing.
+     * The advertised ones are exercised by the atomics step. */
+    unsupported = 0;
+    for (aop = UCT_ATOMIC_OP_ADD; aop <= UCT_ATOMIC_OP_LAST; ++aop) {
+        if (!(a->cap.atomic64.op_flags & UCS_BIT(aop))) {
+            CHECK_STATUS(uct_ep_atomic64_post(p->ep, aop, 1, p->remote_buf + 64,
+                                              p->rkey.rkey),
+                         UCS_ERR_UNSUPPORTED);
+            ++unsupported;
+        }
+        if (!(a->cap.atomic32.op_flags & UCS_BIT(aop))) {
+            CHECK_STATUS(uct_ep_atomic32_post(p->ep, aop, 1, p->remote_buf + 72,
+                                              p->rkey.rkey),
+                         UCS_ERR_UNSUPPORTED);
+            ++unsupported;
+        }
+        if (!(a->cap.atomic64.fop_flags & UCS_BIT(aop)) ||
+            (aop == UCT_ATOMIC_OP_CSWAP)) {
+            test_comp_init(&comp, 1);
+            st = uct_ep_atomic64_fetch(p->ep, aop, 1, &result,
+                                       p->remote_buf + 64, p->rkey.rkey,
+                                       &comp.uc);
+            test_comp_returned(&comp, st, "atomic64_fetch");
+            CHECK(st == UCS_ERR_UNSUPPORTED, "atomic64_fetch(%s) returned %s",
+                  atomic_names[aop], ucs_status_string(st));
+            ++unsupported;
+        }
+        if (!(a->cap.atomic32.fop_flags & UCS_BIT(aop)) ||
+            (aop == UCT_ATOMIC_OP_CSWAP)) {
+            test_comp_init(&comp, 1);
+            st = uct_ep_atomic32_fetch(p->ep, aop, 1, &result32,
+                                       p->remote_buf + 72, p->rkey.rkey,
+                                       &comp.uc);
+            test_comp_returned(&comp, st, "atomic32_fetch");
+            CHECK(st == UCS_ERR_UNSUPPORTED, "atomic32_fetch(%s) returned %s",
+                  atomic_names[aop], ucs_status_string(st));
+            ++unsupported;
+        }
     }
-    if (!(a->cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_AND))) {
-        test_comp_init(&comp, 1);
-        st = uct_ep_atomic64_fetch(p->ep, UCT_ATOMIC_OP_AND, 1, &result,
-                                   p->remote_buf + 64, p->rkey.rkey, &comp.uc);
-        test_comp_returned(&comp, st, "atomic64_fetch(and)");
-        CHECK_STATUS(st, UCS_ERR_UNSUPPORTED);
-    }
-    if (!(a->cap.atomic32.op_flags & UCS_BIT(UCT_ATOMIC_OP_ADD))) {
-        CHECK_STATUS(uct_ep_atomic32_post(p->ep, UCT_ATOMIC_OP_ADD, 1,
-                                          p->remote_buf + 64, p->rkey.rkey),
-                     UCS_ERR_UNSUPPORTED);
-    }
+    /* post: swap, cswap, last on both sizes; fetch: cswap, last on both */
+    CHECK(unsupported >= 10, "only %u unsupported atomic calls checked",
+          unsupported);
 
     /* an AM short larger than max_short */
     st = uct_ep_am_short(p->ep, AM_ID_DATA, 0, buf, a->cap.am.max_short);
