@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The stock Debian ucx_perftest over rc_vqp on the software device: a matrix
 # of UCT tests (put/get/AM, short/bcopy/zcopy), sizes from 1 B up (including
-# sizes that are not multiples of the fragment size), QP counts and both
-# load-balancing schemes. Every run must complete and report a result line.
+# sizes that are not multiples of the fragment size; atomics on 8 and, with
+# -s 4, 4 bytes), QP counts and both load-balancing schemes. Every run must
+# complete and report a result line.
 #   test_perftest.sh          the CI subset (make check)
 #   test_perftest.sh --full   the whole matrix, up to 64 MiB (make check-perftest-full)
 set -u
@@ -52,6 +53,10 @@ if [ "${1:-}" = --full ]; then
             run $qps $lb -t am_bw -s 8000 -D zcopy -n 5000 -w 100
             run $qps $lb -t fadd -n 2000 -w 100
             run $qps $lb -t cswap -n 2000 -w 100
+            run $qps $lb -t swap -n 2000 -w 100
+            for t in fadd cswap swap add_mr; do
+                run $qps $lb -t $t -s 4 -n 2000 -w 100
+            done
             run $qps $lb -t add_mr -n 5000 -w 100
         done
     done
@@ -68,6 +73,9 @@ else
     run 4 spray -t am_bw -s 8000 -D zcopy -n 2000 -w 100
     run 4 dqplb -t fadd -n 1000 -w 100
     run 1 spray -t cswap -n 1000 -w 100
+    run 4 spray -t swap -n 1000 -w 100
+    run 1 dqplb -t fadd -s 4 -n 1000 -w 100
+    run 4 dqplb -t cswap -s 4 -n 1000 -w 100
 fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
