@@ -853,6 +853,131 @@ static void test_srq_two_senders(void **state)
     side_close(&s);
 }
 
+#define ATOM_OPS 300
+
+/* Child of the atomics race: ATOM_OPS atomics on the parent's word at
+ * offset 0, cycling through an 8-byte ATOMIC_FA of 1 << 32, a 4-byte
+ * MASKED_FA of 1 on the low half and an 8-byte MASKED_FA of 1 << 32; each
+ * waits for its completion. */
+static int atom_child_main(int rfd, int wfd)
+{
+    struct mlx5_cqe64 cqe;
+    uint8_t *res;
+    peer_info_t me;
+    unsigned i;
+    side_t s;
+
+    if (side_open(&s, 7) != 0) {
+        return 40;
+    }
+    side_info(&s, &me);
+    if ((xwrite(wfd, &me, sizeof(me)) != 0) ||
+        (xread(rfd, &s.peer, sizeof(s.peer)) != 0) ||
+        (side_connect(&s, 7) != 0) || (xwrite(wfd, "r", 1) != 0) ||
+        (xread(rfd, &me, 1) != 0)) { /* both children connected: go */
+        return 41;
+    }
+    res = s.buf + 64;
+    for (i = 0; i < ATOM_OPS; ++i) {
+        switch (i % 3) {
+        case 0:
+            sw_test_ctrl(&s.qp, MLX5_OPCODE_ATOMIC_FA, 4,
+                         MLX5_WQE_CTRL_CQ_UPDATE, 0);
+            sw_test_raddr(&s.qp, 1, s.peer.buf, s.peer.rkey);
+            sw_test_atomic(&s.qp, 2, 1ull << 32, 0);
+            sw_test_dseg(&s.qp, 3, res, 8, s.lkey);
+            sw_test_ring(&s.qp, 4);
+            break;
+        case 1:
+            sw_test_masked(&s.qp, MLX5_OPCODE_ATOMIC_MASKED_FA, 0x8, 4, 4,
+                           s.peer.buf, s.peer.rkey, 1, 0, 0, 0, res, 4, s.lkey);
+            break;
+        default:
+            sw_test_masked(&s.qp, MLX5_OPCODE_ATOMIC_MASKED_FA, 0x9, 8, 4,
+                           s.peer.buf, s.peer.rkey, 1ull << 32, 0, 0, 0, res, 8,
+                           s.lkey);
+            break;
+        }
+        if ((side_poll(&s, &s.scq, &cqe) != 0) ||
+            (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+            return 42;
+        }
+    }
+    if ((xwrite(wfd, "d", 1) != 0) || (xread(rfd, &me, 1) != 0)) {
+        return 43;
+    }
+    side_close(&s);
+    return 0;
+}
+
+/* Two processes hammer one 8-byte word of a third with basic and masked
+ * atomics of both sizes at once: the target's lock makes every
+ * read-modify-write atomic with respect to all the others, so no update is
+ * lost (the low half counts the 4-byte adds, the high half the 8-byte
+ * ones). */
+static void test_atomics_two_requesters(void **state)
+{
+    enum { N_CHILD = 2 };
+    int to_child[N_CHILD][2], from_child[N_CHILD][2], status;
+    sw_test_qp_t qp[N_CHILD];
+    peer_info_t peer, me;
+    pid_t child[N_CHILD];
+    uint64_t word;
+    unsigned i;
+    char c;
+    side_t s;
+
+    (void)state;
+    assert_int_equal(side_open(&s, 7), 0);
+    for (i = 0; i < N_CHILD; ++i) {
+        assert_int_equal(pipe(to_child[i]), 0);
+        assert_int_equal(pipe(from_child[i]), 0);
+        child[i] = fork();
+        assert_true(child[i] >= 0);
+        if (child[i] == 0) {
+            int rc;
+
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            rc = atom_child_main(to_child[i][0], from_child[i][1]);
+            if (rc != 0) {
+                fprintf(stderr, "atomics child %u failed at step %d\n", i, rc);
+            }
+            _exit(rc);
+        }
+        assert_int_equal(xread(from_child[i][0], &peer, sizeof(peer)), 0);
+        assert_int_equal(
+            sw_test_qp_create(s.dev, &s.scq, &s.rcq, NULL, 8, 8, 0, &qp[i]),
+            UCS_OK);
+        assert_int_equal(sw_test_qp_connect(&qp[i], &peer.addr, peer.qpn,
+                                            SW_TEST_ACCESS_ALL, 7, 3),
+                         UCS_OK);
+        side_info(&s, &me);
+        me.qpn = qp[i].qpn;
+        assert_int_equal(xwrite(to_child[i][1], &me, sizeof(me)), 0);
+        assert_int_equal(xread(from_child[i][0], &c, 1), 0);
+    }
+    for (i = 0; i < N_CHILD; ++i) {
+        assert_int_equal(xwrite(to_child[i][1], "g", 1), 0);
+    }
+    for (i = 0; i < N_CHILD; ++i) {
+        assert_int_equal(xread(from_child[i][0], &c, 1), 0);
+        assert_int_equal(c, 'd');
+    }
+    __atomic_load(&((uint64_t *)s.buf)[0], &word, __ATOMIC_ACQUIRE);
+    assert_int_equal(word >> 32, N_CHILD * (ATOM_OPS - ATOM_OPS / 3));
+    assert_int_equal(word & 0xffffffff, N_CHILD * (ATOM_OPS / 3));
+    for (i = 0; i < N_CHILD; ++i) {
+        assert_int_equal(xwrite(to_child[i][1], "e", 1), 0);
+        assert_int_equal(waitpid(child[i], &status, 0), child[i]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        close(to_child[i][1]);
+        close(from_child[i][0]);
+        vqp_sw_qp_destroy(qp[i].qp);
+    }
+    side_close(&s);
+}
+
 /* A leftover with our own pid (pid reuse after a crash) but another start
  * time is removed on open; our live devices are not. */
 static void test_stale_own_pid(void **state)
@@ -942,6 +1067,7 @@ int main(void)
         cmocka_unit_test(test_masked_atomics_across),
         cmocka_unit_test(test_rnr_across),
         cmocka_unit_test(test_srq_two_senders),
+        cmocka_unit_test(test_atomics_two_requesters),
         cmocka_unit_test(test_dead_peer),
         cmocka_unit_test(test_dead_peer_send),
         cmocka_unit_test(test_dead_peer_zero_write),
