@@ -870,8 +870,6 @@ static void uct_rc_vqp_ep_purge_warn(uct_pending_req_t *req, void *arg)
 
 UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
 {
-    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(self);
-
     uct_rc_vqp_ep_pending_purge(&self->super.super, uct_rc_vqp_ep_purge_warn,
                                 self);
     /* Operations in flight complete as canceled (their completions run),
@@ -883,7 +881,6 @@ UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
         ucs_list_del(&self->pending_list);
     }
     ucs_list_del(&self->list);
-    (void)iface;
 }
 
 UCS_CLASS_DEFINE(uct_rc_vqp_ep_t, uct_base_ep_t);

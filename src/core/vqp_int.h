@@ -188,8 +188,9 @@ struct vqp {
     unsigned wc_pending_recvs;
     vqp_dev_connect_params_t connect;
     int connected;
-    int canceling; /* vqp_cancel(): QP failures are expected */
-    int dirty;     /* on the CQ's list of QPs to advance */
+    int canceling;  /* vqp_cancel(): QP failures are expected */
+    int dirty;      /* on the CQ's list of QPs to advance */
+    int rx_starved; /* a core RQ stopped short (arrived ring full) */
     vqp_stats_t stats;
 };
 
@@ -239,7 +240,7 @@ void vqp_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe, ucs_status_t status);
 ucs_status_t vqp_recv_fill(vqp_pqp_t *pqp);
 void vqp_recv_cancel_notifies(vqp_t *vqp, ucs_status_t status);
 void vqp_recv_cancel_all(vqp_t *vqp);
-void vqp_flush_replenish(vqp_t *vqp);
+void vqp_recv_replenish(vqp_t *vqp);
 /* DQPLB receiver: sequence number @a seq arrived (VQP_WIN_* @a bits). */
 void vqp_win_insert(vqp_t *vqp, uint32_t seq, uint8_t bits, uint32_t imm);
 

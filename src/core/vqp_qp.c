@@ -463,7 +463,7 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
         }
     }
     vqp->connected = 1;
-    vqp_flush_replenish(vqp);
+    vqp_recv_replenish(vqp);
     return UCS_OK;
 }
 

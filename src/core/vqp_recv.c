@@ -56,16 +56,20 @@ ucs_status_t vqp_recv_fill(vqp_pqp_t *pqp)
         }
         ++posted;
     }
+    if (vqp_rx_posted(pqp) < pqp->rx_cap) {
+        vqp->rx_starved = 1; /* notifications wait for the user's slots */
+    }
     if (posted != 0) {
         vqp_mlx5_rxwq_ring(&pqp->rx);
     }
     return UCS_OK;
 }
 
-void vqp_flush_replenish(vqp_t *vqp)
+void vqp_recv_replenish(vqp_t *vqp)
 {
     unsigned i;
 
+    vqp->rx_starved = 0;
     for (i = 0; i < vqp->num_pqps; ++i) {
         vqp_recv_fill(&vqp->qps[i]);
     }
@@ -254,7 +258,9 @@ ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr)
         vqp->nrecv_wr_id[vqp->nrecv_tail++ & vqp->nrecv_mask] = wr->wr_id;
         vqp_match_notifies(vqp);
         /* Slots freed: QPs that stopped receiving may go on. */
-        vqp_flush_replenish(vqp);
+        if (vqp->rx_starved) {
+            vqp_recv_replenish(vqp);
+        }
         return UCS_OK;
     }
 
