@@ -175,49 +175,6 @@ ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta)
     return UCS_OK;
 }
 
-static void vqp_cq_advance_dirty(vqp_cq_t *cq)
-{
-    vqp_t *vqp;
-
-    while (cq->num_dirty > 0) {
-        vqp        = cq->dirty[--cq->num_dirty];
-        vqp->dirty = 0;
-        vqp_advance(vqp);
-    }
-}
-
-static unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
-{
-    struct mlx5_cqe64 *cqe;
-    vqp_pqp_t **chunk;
-    vqp_pqp_t *pqp;
-    unsigned count;
-    uint32_t qpn;
-
-    /* Bounded: a busy device must not keep its caller here (T9). */
-    for (count = 0; count < cq->max_poll; ++count) {
-        cqe = vqp_mlx5_cq_poll(&cdev->cq);
-        if (cqe == NULL) {
-            break;
-        }
-
-        qpn   = vqp_mlx5_cqe_qpn(cqe);
-        chunk = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS];
-        pqp   = (chunk == NULL) ? NULL : chunk[qpn & (VQP_QPN_LOW_SIZE - 1)];
-        if (ucs_unlikely(pqp == NULL)) {
-            /* A QP destroyed with CQEs still queued. */
-            ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
-            continue;
-        }
-        vqp_handle_cqe(pqp, cqe);
-    }
-    if (count != 0) {
-        vqp_mlx5_cq_update_ci(&cdev->cq);
-    }
-    vqp_cq_advance_dirty(cq);
-    return count;
-}
-
 unsigned vqp_cq_progress(vqp_cq_t *cq)
 {
     unsigned i, count = 0;
@@ -234,7 +191,8 @@ unsigned vqp_cq_poll(vqp_cq_t *cq, vqp_wc_t *wcs, unsigned max)
     unsigned count = 0;
     vqp_wc_t *wc;
 
-    vqp_cq_progress(cq);
+    /* Completions queued earlier go first, then new ones straight into
+     * @a wcs while it has room (vqp_wc_slot). */
     while ((count < max) && (cq->wc_head != cq->wc_tail)) {
         wc = &cq->wcs[cq->wc_head++ & cq->wc_mask];
         if (wc->vqp == NULL) {
@@ -248,5 +206,11 @@ unsigned vqp_cq_poll(vqp_cq_t *cq, vqp_wc_t *wcs, unsigned max)
         }
         wcs[count++] = *wc;
     }
+    cq->out      = wcs + count;
+    cq->out_left = (cq->wc_head == cq->wc_tail) ? max - count : 0;
+    vqp_cq_progress(cq);
+    count        = (unsigned)(cq->out - wcs);
+    cq->out      = NULL;
+    cq->out_left = 0;
     return count;
 }

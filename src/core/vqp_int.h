@@ -219,6 +219,11 @@ struct vqp_cq {
     uint32_t wc_tail;
     unsigned wc_reserved;
     unsigned wc_stale; /* entries of destroyed QPs (wc->vqp == NULL) */
+    /* Inside vqp_cq_poll with the ring empty: completions go straight to
+     * the caller's array (one copy) while it has room, the rest to the
+     * ring. out_left is 0 everywhere else. */
+    vqp_wc_t *out;
+    unsigned out_left;
     /* Virtual QPs that got CQEs in the current poll batch: dispatch and
      * reporting run once per QP per batch, not once per CQE. */
     vqp_t **dirty;
@@ -231,7 +236,9 @@ void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp);
 ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
 
 /* vqp_op.c */
-void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe);
+/* Handle at most max_poll CQEs of @a cdev, then advance the virtual QPs that
+ * got any. Returns the number of CQEs. */
+unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev);
 void vqp_advance(vqp_t *vqp);
 void vqp_fail_all(vqp_t *vqp, ucs_status_t status);
 
@@ -244,23 +251,34 @@ void vqp_recv_replenish(vqp_t *vqp);
 /* DQPLB receiver: sequence number @a seq arrived (VQP_WIN_* @a bits). */
 void vqp_win_insert(vqp_t *vqp, uint32_t seq, uint8_t bits, uint32_t imm);
 
-/* Hand one completion to its owner: callback or the CQ's wc ring. */
-static inline void vqp_deliver(vqp_t *vqp, const vqp_wc_t *wc)
+/* Where a poll-mode completion goes: the caller's array of the running
+ * vqp_cq_poll while it has room, else the CQ's ring, where it counts against
+ * the virtual QP's limits until polled. */
+static UCS_F_ALWAYS_INLINE vqp_wc_t *vqp_wc_slot(vqp_t *vqp, int recv)
 {
-    vqp_cq_t *cq;
+    vqp_cq_t *cq = vqp->cq;
 
-    if (vqp->comp_cb != NULL) {
-        vqp->comp_cb(vqp->comp_arg, wc);
-        return;
+    if (ucs_likely(cq->out_left != 0)) {
+        --cq->out_left;
+        return cq->out++;
     }
-    if ((wc->opcode == VQP_OP_RECV) || (wc->opcode == VQP_OP_RECV_NOTIFY)) {
+    if (recv) {
         ++vqp->wc_pending_recvs;
     } else {
         ++vqp->wc_pending_ops;
     }
-    cq                                 = vqp->cq;
-    cq->wcs[cq->wc_tail & cq->wc_mask] = *wc;
-    ++cq->wc_tail;
+    return &cq->wcs[cq->wc_tail++ & cq->wc_mask];
+}
+
+/* Hand one completion to its owner: callback, or vqp_wc_slot(). */
+static inline void vqp_deliver(vqp_t *vqp, const vqp_wc_t *wc)
+{
+    if (vqp->comp_cb != NULL) {
+        vqp->comp_cb(vqp->comp_arg, wc);
+        return;
+    }
+    *vqp_wc_slot(vqp, (wc->opcode == VQP_OP_RECV) ||
+                          (wc->opcode == VQP_OP_RECV_NOTIFY)) = *wc;
 }
 
 #endif

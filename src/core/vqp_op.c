@@ -117,9 +117,60 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
     return NULL;
 }
 
+/* Remember a posted WQE in its QP's fragment ring (room was checked). */
+static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
+                                              uint32_t opn, uint8_t kind,
+                                              uint64_t offset, uint32_t len,
+                                              uint32_t seq, int wqe,
+                                              int seq_valid)
+{
+    vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+
+    *frag = (vqp_frag_t){.offset    = offset,
+                         .op        = opn,
+                         .len       = len,
+                         .seq       = seq,
+                         .wqe       = (uint16_t)wqe,
+                         .kind      = kind,
+                         .seq_valid = (uint8_t)seq_valid};
+    ++vqp->stats.frags_posted;
+}
+
+/* One data fragment of a striped operation whose opcode (and so WQE kind)
+ * is known at compile time: no switch per fragment. Returns the mlx5 post's
+ * result. */
+static UCS_F_ALWAYS_INLINE int vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp,
+                                             const vqp_op_t *op, uint32_t opn,
+                                             unsigned opcode, int dqplb,
+                                             uint64_t offset, uint32_t len,
+                                             uint32_t seq)
+{
+    unsigned d        = pqp->dev;
+    vqp_mlx5_sge_t sg = {op->laddr + offset, len, op->lkey[d]};
+    uint64_t raddr    = op->raddr + offset;
+    int ret;
+
+    if (opcode == VQP_OP_READ) {
+        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                 VQP_MLX5_SIGNALED);
+    } else if (dqplb) {
+        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                      htobe32(seq), VQP_MLX5_SIGNALED);
+    } else {
+        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+                                  VQP_MLX5_SIGNALED);
+    }
+    if (ucs_likely(ret >= 0)) {
+        vqp_frag_push(vqp, pqp, opn, VQP_FRAG_DATA, offset, len, seq, ret,
+                      dqplb);
+    }
+    return ret;
+}
+
 /* Post one WQE for @a op on @a pqp and remember it. Returns UCS_OK,
  * UCS_ERR_NO_RESOURCE (nothing posted) or an error for a request the WQE
- * format refused. */
+ * format refused. The generic form, for whole operations, tails, NOPs and
+ * replays; striped data goes through vqp_post_data. */
 static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
                                   uint8_t kind, uint64_t offset, uint32_t len,
                                   uint32_t seq)
@@ -129,26 +180,26 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     vqp_mlx5_sge_t sg = {op->laddr + offset, len, op->lkey[d]};
     uint64_t raddr    = op->raddr + offset;
     unsigned flags    = VQP_MLX5_SIGNALED;
+    int dqplb = (vqp->lb == VQP_LB_DQPLB) && (op->opcode == VQP_OP_WRITE_IMM);
     uint32_t payload;
-    vqp_frag_t *frag;
     int ret;
 
     switch (kind) {
     case VQP_FRAG_DATA:
+        /* Replays only: cold. */
         if (op->opcode == VQP_OP_READ) {
-            ret =
-                vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, op->rkey[d], flags);
-        } else if ((op->opcode == VQP_OP_WRITE_IMM) &&
-                   (vqp->lb == VQP_LB_DQPLB)) {
-            ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, op->rkey[d],
-                                          htobe32(seq), flags);
+            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, offset, len,
+                                seq);
         } else {
-            ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, op->rkey[d],
-                                      flags);
+            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, offset,
+                                len, seq);
         }
-        break;
+        return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
     case VQP_FRAG_WHOLE:
-        flags = (op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0;
+        /* Beyond 4 GiB the length must not wrap into a small one: clipped,
+         * the WQE builder refuses it. */
+        sg.length = (uint32_t)ucs_min(op->length, UINT32_MAX);
+        flags     = (op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0;
         if (op->flags & VQP_SEND_INLINE) {
             flags |= VQP_MLX5_INLINE;
         }
@@ -176,10 +227,12 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
             ret = vqp_post_atomic(vqp, pqp, opn, flags);
             break;
         }
+        dqplb = 0;
         break;
     case VQP_FRAG_NOTIFY:
         ret = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr, op->rkey[d],
                                       htobe32(op->imm), flags);
+        dqplb = 0;
         break;
     case VQP_FRAG_FINAL:
         /* The receiver learns the operation's last sequence number from the
@@ -189,29 +242,20 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
         sg      = (vqp_mlx5_sge_t){(uintptr_t)&payload, sizeof(payload), 0};
         ret     = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm),
                                          flags | VQP_MLX5_INLINE);
+        dqplb   = (vqp->lb == VQP_LB_DQPLB);
         break;
     default: /* VQP_FRAG_NOP */
-        ret = vqp_mlx5_post_nop(&pqp->tx, flags);
+        ret   = vqp_mlx5_post_nop(&pqp->tx, flags);
+        dqplb = 0;
         break;
     }
 
     if (ucs_unlikely(ret < 0)) {
         return (ucs_status_t)ret;
     }
-
-    frag         = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
-    frag->offset = offset;
-    frag->op     = opn;
-    frag->len    = len;
-    frag->seq    = seq;
-    frag->wqe    = (uint16_t)ret;
-    frag->kind   = kind;
-    /* Fixed at post time so the completion path need not work it out. */
-    frag->seq_valid =
-        (vqp->lb == VQP_LB_DQPLB) &&
-        ((kind == VQP_FRAG_FINAL) ||
-         ((kind == VQP_FRAG_DATA) && (op->opcode == VQP_OP_WRITE_IMM)));
-    ++vqp->stats.frags_posted;
+    /* seq_valid is fixed at post time so the completion path need not work
+     * it out. */
+    vqp_frag_push(vqp, pqp, opn, kind, offset, len, seq, ret, dqplb);
     return UCS_OK;
 }
 
@@ -287,15 +331,96 @@ static void vqp_op_fail_unposted(vqp_t *vqp, vqp_op_t *op, ucs_status_t status)
     op->remaining -= ucs_min(unposted, op->remaining);
 }
 
+/* The data fragments of striped operation @a op, then its DQPLB FINAL.
+ * @a opcode and @a dqplb are constants at every call, so each opcode class
+ * gets its own loop. Returns as vqp_dispatch_op. */
+static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
+                                                uint32_t opn, unsigned opcode,
+                                                int dqplb)
+{
+    uint32_t posted = op->posted;
+    uint32_t nfrags = op->nfrags;
+    ucs_status_t status;
+    vqp_pqp_t *pqp;
+    uint64_t offset;
+    uint32_t seq;
+    int ret;
+
+    for (; posted < nfrags; ++posted) {
+        if (dqplb && !vqp_seq_room(vqp)) {
+            goto out_wait;
+        }
+        pqp = vqp_pick_data_qp(vqp);
+        if (pqp == NULL) {
+            goto out_wait;
+        }
+        offset = (uint64_t)posted << vqp->frag_shift;
+        seq    = dqplb ? vqp->send_seq : 0;
+        ret    = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, offset,
+                               ucs_min(vqp->frag_size, op->length - offset), seq);
+        if (ucs_unlikely(ret < 0)) {
+            op->posted = posted;
+            if (ret == UCS_ERR_NO_RESOURCE) {
+                return 0;
+            }
+            vqp_op_fail_unposted(vqp, op, (ucs_status_t)ret);
+            return 1;
+        }
+        if (dqplb) {
+            if (posted == 0) {
+                op->first_seq = seq;
+            }
+            vqp_seq_next(vqp);
+        }
+    }
+    op->posted = posted;
+
+    if (dqplb && !op->tail_posted) {
+        if (!vqp_seq_room(vqp) || ((pqp = vqp_pick_data_qp(vqp)) == NULL)) {
+            return 0;
+        }
+        status =
+            vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, 0, 0, vqp->send_seq);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return 0;
+        } else if (status != UCS_OK) {
+            vqp_op_fail_unposted(vqp, op, status);
+            return 1;
+        }
+        vqp_seq_next(vqp);
+        op->tail_posted = 1;
+    }
+    return 1;
+
+out_wait:
+    op->posted = posted;
+    return 0;
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_post_striped_any(vqp_t *vqp, vqp_op_t *op,
+                                                    uint32_t opn)
+{
+    switch (op->opcode) {
+    case VQP_OP_READ:
+        return vqp_post_striped(vqp, op, opn, VQP_OP_READ, 0);
+    case VQP_OP_WRITE_IMM:
+        if (vqp->lb == VQP_LB_DQPLB) {
+            return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE_IMM, 1);
+        }
+        /* SPRAY: plain WRITEs, the notify follows on its own QP */
+        return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE, 0);
+    default:
+        return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE, 0);
+    }
+}
+
 /* Post what @a op still needs. Returns 1 when nothing of it is left to post
  * (the dispatch cursor moves on), 0 when it has to wait for room. */
 static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
 {
     vqp_op_t *op = VQP_OP(vqp, opn);
-    int dqplb = (op->opcode == VQP_OP_WRITE_IMM) && (vqp->lb == VQP_LB_DQPLB);
     ucs_status_t status;
     vqp_pqp_t *pqp;
-    uint64_t offset;
     unsigned i, count;
     int dead;
 
@@ -349,49 +474,7 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         return 1;
     }
 
-    while (op->posted < op->nfrags) {
-        if (dqplb && !vqp_seq_room(vqp)) {
-            return 0;
-        }
-        pqp = vqp_pick_data_qp(vqp);
-        if (pqp == NULL) {
-            return 0;
-        }
-        offset = op->posted * vqp->frag_size;
-        status = vqp_post_frag(vqp, pqp, opn, VQP_FRAG_DATA, offset,
-                               ucs_min(vqp->frag_size, op->length - offset),
-                               dqplb ? vqp->send_seq : 0);
-        if (status == UCS_ERR_NO_RESOURCE) {
-            return 0;
-        } else if (status != UCS_OK) {
-            vqp_op_fail_unposted(vqp, op, status);
-            return 1;
-        }
-        if (dqplb) {
-            if (op->posted == 0) {
-                op->first_seq = vqp->send_seq;
-            }
-            vqp_seq_next(vqp);
-        }
-        ++op->posted;
-    }
-
-    if (dqplb && !op->tail_posted) {
-        if (!vqp_seq_room(vqp) || ((pqp = vqp_pick_data_qp(vqp)) == NULL)) {
-            return 0;
-        }
-        status =
-            vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, 0, 0, vqp->send_seq);
-        if (status == UCS_ERR_NO_RESOURCE) {
-            return 0;
-        } else if (status != UCS_OK) {
-            vqp_op_fail_unposted(vqp, op, status);
-            return 1;
-        }
-        vqp_seq_next(vqp);
-        op->tail_posted = 1;
-    }
-    return 1;
+    return vqp_post_striped_any(vqp, op, opn);
 }
 
 /* SPRAY: once all data of an operation completed, its notify goes on the
@@ -546,7 +629,7 @@ static UCS_F_ALWAYS_INLINE void vqp_atomic_result(const vqp_t *vqp,
 static int vqp_report(vqp_t *vqp)
 {
     uint32_t head = vqp->op_head;
-    vqp_wc_t wc;
+    vqp_wc_t tmp, *wc;
     vqp_op_t *op;
 
     while (vqp->op_head != vqp->op_disp) {
@@ -560,14 +643,18 @@ static int vqp_report(vqp_t *vqp)
         ++vqp->op_head;
         ++vqp->stats.ops_completed;
         if ((op->flags & VQP_SEND_SIGNALED) || (op->status != UCS_OK)) {
-            wc.wr_id    = op->wr_id;
-            wc.status   = op->status;
-            wc.opcode   = op->opcode;
-            wc.flags    = 0;
-            wc.imm      = 0;
-            wc.byte_len = op->length;
-            wc.vqp      = vqp;
-            vqp_deliver(vqp, &wc);
+            /* Poll mode: built where the user reads it (one copy). */
+            wc           = (vqp->comp_cb == NULL) ? vqp_wc_slot(vqp, 0) : &tmp;
+            wc->wr_id    = op->wr_id;
+            wc->status   = op->status;
+            wc->opcode   = op->opcode;
+            wc->flags    = 0;
+            wc->imm      = 0;
+            wc->byte_len = op->length;
+            wc->vqp      = vqp;
+            if (vqp->comp_cb != NULL) {
+                vqp->comp_cb(vqp->comp_arg, wc);
+            }
         }
     }
     if ((int32_t)(vqp->op_notify - vqp->op_head) < 0) {
@@ -693,23 +780,96 @@ static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
               pqp->qpn, wqe_counter);
 }
 
-void vqp_handle_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe)
+/* Every WQE of @a pqp up to the one at @a wqe_counter succeeded: the common
+ * case of vqp_tx_cqe and vqp_frag_done without their error handling. */
+static UCS_F_ALWAYS_INLINE void vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
+                                              uint16_t wqe_counter)
 {
-    vqp_t *vqp          = pqp->vqp;
-    uint8_t opcode      = vqp_mlx5_cqe_opcode(cqe);
-    ucs_status_t status = vqp_mlx5_cqe_status(cqe);
+    uint32_t head = pqp->frag_head;
+    vqp_frag_t *f;
 
-    /* The CQE's own kind (requester / responder, error or not) is defined
-     * even on errors; the work request's opcode is not, and is never used. */
-    if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
-        vqp_tx_cqe(pqp, vqp_mlx5_cqe_wqe_counter(cqe), status);
+    vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
+    while (head != pqp->frag_tail) {
+        f = &pqp->frags[head++ & pqp->frag_mask];
+        if (ucs_likely(f->op != UINT32_MAX)) {
+            if (f->seq_valid) {
+                vqp_seq_acked(vqp, f->seq);
+            }
+            --VQP_OP(vqp, f->op)->remaining;
+        }
+        if (f->wqe == wqe_counter) {
+            pqp->frag_head = head;
+            return;
+        }
+    }
+    pqp->frag_head = head;
+    ucs_error("vqp %p: QP 0x%x: CQE for WQE %u that was not posted", vqp,
+              pqp->qpn, wqe_counter);
+}
+
+static UCS_F_ALWAYS_INLINE void vqp_handle_cqe(vqp_pqp_t *pqp,
+                                               struct mlx5_cqe64 *cqe)
+{
+    vqp_t *vqp     = pqp->vqp;
+    uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
+    ucs_status_t status;
+
+    if (ucs_likely((opcode == MLX5_CQE_REQ) &&
+                   (vqp_mlx5_cqe_status(cqe) == UCS_OK))) {
+        vqp_tx_cqe_ok(vqp, pqp, vqp_mlx5_cqe_wqe_counter(cqe));
     } else {
-        vqp_recv_cqe(pqp, cqe, status);
+        /* The CQE's own kind (requester / responder, error or not) is
+         * defined even on errors; the work request's opcode is not, and is
+         * never used. */
+        status = vqp_mlx5_cqe_status(cqe);
+        if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
+            vqp_tx_cqe(pqp, vqp_mlx5_cqe_wqe_counter(cqe), status);
+        } else {
+            vqp_recv_cqe(pqp, cqe, status);
+        }
     }
     if (!vqp->dirty) {
         vqp->dirty                           = 1;
         vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
     }
+}
+
+unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
+{
+    struct mlx5_cqe64 *cqe;
+    vqp_pqp_t **chunk;
+    vqp_pqp_t *pqp;
+    unsigned count;
+    uint32_t qpn;
+    vqp_t *vqp;
+
+    /* Bounded: a busy device must not keep its caller here (T9). */
+    for (count = 0; count < cq->max_poll; ++count) {
+        cqe = vqp_mlx5_cq_poll(&cdev->cq);
+        if (cqe == NULL) {
+            break;
+        }
+
+        qpn   = vqp_mlx5_cqe_qpn(cqe);
+        chunk = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS];
+        pqp   = (chunk == NULL) ? NULL : chunk[qpn & (VQP_QPN_LOW_SIZE - 1)];
+        if (ucs_unlikely(pqp == NULL)) {
+            /* A QP destroyed with CQEs still queued. */
+            ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
+            continue;
+        }
+        vqp_handle_cqe(pqp, cqe);
+    }
+    if (count != 0) {
+        vqp_mlx5_cq_update_ci(&cdev->cq);
+    }
+    /* Dispatch and reporting once per virtual QP per batch. */
+    while (cq->num_dirty > 0) {
+        vqp        = cq->dirty[--cq->num_dirty];
+        vqp->dirty = 0;
+        vqp_advance(vqp);
+    }
+    return count;
 }
 
 static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
@@ -771,11 +931,96 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
-ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
+/* A whole unstriped WRITE / WRITE_IMM / READ on @a pqp (which has room),
+ * without the generic switch. Returns as vqp_dispatch_op. */
+static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
+                                                   vqp_op_t *op, uint32_t opn)
+{
+    unsigned d        = pqp->dev;
+    vqp_mlx5_sge_t sg = {op->laddr, (uint32_t)op->length, op->lkey[d]};
+    unsigned flags    = (op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0;
+    int ret;
+
+    if (ucs_unlikely(op->length > UINT32_MAX)) {
+        /* Let the WQE builder refuse it with its message. */
+        return vqp_dispatch_op(vqp, opn);
+    }
+    switch (op->opcode) {
+    case VQP_OP_WRITE:
+        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, op->raddr, op->rkey[d],
+                                  flags);
+        break;
+    case VQP_OP_READ:
+        ret =
+            vqp_mlx5_post_read(&pqp->tx, &sg, 1, op->raddr, op->rkey[d], flags);
+        break;
+    default: /* VQP_OP_WRITE_IMM */
+        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, op->raddr, op->rkey[d],
+                                      htobe32(op->imm), flags);
+        break;
+    }
+    if (ucs_unlikely(ret < 0)) {
+        if (ret == UCS_ERR_NO_RESOURCE) {
+            return 0;
+        }
+        vqp_op_fail_unposted(vqp, op, (ucs_status_t)ret);
+        return 1;
+    }
+    vqp_frag_push(vqp, pqp, opn, VQP_FRAG_WHOLE, 0, (uint32_t)op->length, 0,
+                  ret, 0);
+    op->posted      = 1;
+    op->tail_posted = 1;
+    return 1;
+}
+
+/* The operation record: only what dispatch, replay and reporting read. */
+static UCS_F_ALWAYS_INLINE vqp_op_t *vqp_op_fill(vqp_t *vqp,
+                                                 const vqp_send_wr_t *wr)
+{
+    vqp_op_t *op = VQP_OP(vqp, vqp->op_tail);
+
+    op->wr_id  = wr->wr_id;
+    op->laddr  = wr->local_addr;
+    op->length = wr->length;
+    op->raddr  = wr->remote_addr;
+    /* Fixed size: a few moves instead of a memcpy call for num_devs. */
+    memcpy(op->lkey, wr->lkey, sizeof(op->lkey));
+    memcpy(op->rkey, wr->rkey, sizeof(op->rkey));
+    op->imm         = wr->imm;
+    op->status      = UCS_OK;
+    op->opcode      = wr->opcode;
+    op->flags       = wr->flags;
+    op->posted      = 0;
+    op->tail_posted = 0;
+    op->first_seq   = 0;
+    return op;
+}
+
+/* Striped: multi-QP WRITE_IMM always takes the scheme's form (the receiver
+ * tells notifications apart only by where and how they arrive); WRITE and
+ * READ from the threshold on. */
+static UCS_F_ALWAYS_INLINE int vqp_op_stripes(const vqp_t *vqp, unsigned opcode,
+                                              uint64_t length)
+{
+    return (vqp->num_qps > 1) &&
+           ((opcode == VQP_OP_WRITE_IMM) || (length >= vqp->stripe_threshold));
+}
+
+static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op)
+{
+    op->striped = 1;
+    op->nfrags =
+        (op->length == 0) ? 1 : ((op->length - 1) >> vqp->frag_shift) + 1;
+    op->remaining = op->nfrags + (op->opcode == VQP_OP_WRITE_IMM);
+    op->flags &= ~VQP_SEND_INLINE;
+}
+
+/* Every check and case: inline data, fences, flushes, SENDs and atomics,
+ * operations queued behind others, dead QPs. */
+static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
     ucs_status_t status;
     vqp_op_t *op;
-    int multi;
 
     status = vqp_check_send(vqp, wr);
     if (ucs_unlikely(status != UCS_OK)) {
@@ -809,39 +1054,18 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
         return UCS_ERR_NO_RESOURCE;
     }
 
-    op              = VQP_OP(vqp, vqp->op_tail);
-    op->wr_id       = wr->wr_id;
-    op->laddr       = wr->local_addr;
-    op->length      = wr->length;
-    op->raddr       = wr->remote_addr;
-    op->compare_add = wr->compare_add;
-    op->swap        = wr->swap;
-    memcpy(op->lkey, wr->lkey, vqp->cq->num_devs * sizeof(op->lkey[0]));
-    memcpy(op->rkey, wr->rkey, vqp->cq->num_devs * sizeof(op->rkey[0]));
-    op->imm         = wr->imm;
-    op->status      = UCS_OK;
-    op->opcode      = wr->opcode;
-    op->flags       = wr->flags;
-    op->posted      = 0;
-    op->tail_posted = 0;
-    op->first_seq   = 0;
-
-    multi = (vqp->num_qps > 1);
+    op = vqp_op_fill(vqp, wr);
+    if (vqp_opcode_is_atomic(wr->opcode)) {
+        op->compare_add = wr->compare_add;
+        op->swap        = wr->swap;
+    }
     if (wr->opcode == VQP_OP_FLUSH) {
         op->striped   = 0;
         op->nfrags    = 0;
         op->remaining = 1; /* set to the NOP count at dispatch */
-    } else if (multi && ((wr->opcode == VQP_OP_WRITE_IMM) ||
-                         (((wr->opcode == VQP_OP_WRITE) ||
-                           (wr->opcode == VQP_OP_READ)) &&
-                          (wr->length >= vqp->stripe_threshold)))) {
-        /* Multi-QP WRITE_IMM always takes the scheme's form: the receiver
-         * tells notifications apart only by where and how they arrive. */
-        op->striped = 1;
-        op->nfrags =
-            (wr->length == 0) ? 1 : ((wr->length - 1) >> vqp->frag_shift) + 1;
-        op->remaining = op->nfrags + (wr->opcode == VQP_OP_WRITE_IMM);
-        op->flags &= ~VQP_SEND_INLINE;
+    } else if ((wr->opcode <= VQP_OP_READ) &&
+               vqp_op_stripes(vqp, wr->opcode, wr->length)) {
+        vqp_op_set_striped(vqp, op);
     } else {
         op->striped   = 0;
         op->nfrags    = 1;
@@ -864,6 +1088,50 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
         return UCS_OK;
     }
     vqp_advance(vqp);
+    return UCS_OK;
+}
+
+ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    unsigned opcode = wr->opcode;
+    uint32_t opn    = vqp->op_tail;
+    vqp_op_t *op;
+
+    /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
+     * WRITE_IMM) on a healthy, connected virtual QP with nothing waiting
+     * ahead of it and room in the operation ring. The checks vqp_check_send
+     * and the slow path make all pass for it. */
+    if (ucs_unlikely(
+            (opcode > VQP_OP_READ) ||
+            (wr->flags & ~(unsigned)VQP_SEND_SIGNALED) || !vqp->connected ||
+            (vqp->fatal != UCS_OK) || (vqp->op_disp != opn) ||
+            (vqp->replay_head != vqp->replay_tail) ||
+            ((opcode == VQP_OP_WRITE_IMM) && (vqp->notify_qp != NULL)) ||
+            (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops >=
+             vqp->max_ops))) {
+        return vqp_post_send_slow(vqp, wr);
+    }
+
+    op           = vqp_op_fill(vqp, wr);
+    vqp->op_tail = opn + 1;
+    ++vqp->stats.ops_posted;
+    if (vqp_op_stripes(vqp, opcode, wr->length)) {
+        vqp_op_set_striped(vqp, op);
+        vqp->op_disp += vqp_post_striped_any(vqp, op, opn);
+    } else {
+        op->striped   = 0;
+        op->nfrags    = 1;
+        op->remaining = 1;
+        if (ucs_likely(vqp_pqp_has_room(vqp->send_qp))) {
+            vqp->op_disp += vqp_post_whole_rdma(vqp, vqp->send_qp, op, opn);
+        } else {
+            vqp->op_disp += vqp_dispatch_op(vqp, opn);
+        }
+    }
+    if (ucs_unlikely(op->remaining == 0)) {
+        /* A new operation can only finish here by failing. */
+        vqp_advance(vqp);
+    }
     return UCS_OK;
 }
 
