@@ -156,7 +156,7 @@ ucs_status_t vqp_dev_close(vqp_dev_t *dev)
         return UCS_OK;
     }
     if (dev->num_objs != 0) {
-        ucs_warn("%s: not closed, %u MRs/CQs/SRQs/QPs are still alive",
+        ucs_warn("%s: not closed, %u MRs/CQs/SRQs/QPs/AHs are still alive",
                  dev->attr.name, dev->num_objs);
         return UCS_ERR_BUSY;
     }
@@ -388,6 +388,27 @@ static ucs_status_t vqp_dev_qp_init_check(vqp_dev_t *dev,
     return UCS_OK;
 }
 
+/* Accounting of a new QP, shared by RC and UD. */
+static void vqp_dev_qp_track(vqp_dev_t *dev, vqp_dev_qp_t *qp,
+                             const vqp_dev_qp_init_t *init, uint32_t qpn)
+{
+    qp->dev       = dev;
+    qp->send_cq   = init->send_cq;
+    qp->recv_cq   = init->recv_cq;
+    qp->srq       = init->srq;
+    qp->qpn       = qpn;
+    qp->udp_sport = 0;
+    /* Counted once per QP, also when one CQ serves both directions. */
+    ++qp->send_cq->refcount;
+    if (qp->recv_cq != qp->send_cq) {
+        ++qp->recv_cq->refcount;
+    }
+    if (qp->srq != NULL) {
+        ++qp->srq->refcount;
+    }
+    ++dev->num_objs;
+}
+
 ucs_status_t vqp_dev_qp_create(vqp_dev_t *dev, const vqp_dev_qp_init_t *init,
                                vqp_dev_qp_t **qp_p, struct mlx5dv_qp *dv,
                                vqp_dev_qp_caps_t *caps)
@@ -413,26 +434,110 @@ ucs_status_t vqp_dev_qp_create(vqp_dev_t *dev, const vqp_dev_qp_init_t *init,
         return status;
     }
 
-    qp->dev       = dev;
-    qp->send_cq   = init->send_cq;
-    qp->recv_cq   = init->recv_cq;
-    qp->srq       = init->srq;
-    qp->state     = IBV_QPS_RESET;
-    qp->qpn       = caps->qpn;
-    qp->udp_sport = 0;
-    /* Counted once per QP, also when one CQ serves both directions. */
-    ++qp->send_cq->refcount;
-    if (qp->recv_cq != qp->send_cq) {
-        ++qp->recv_cq->refcount;
-    }
-    if (qp->srq != NULL) {
-        ++qp->srq->refcount;
-    }
-    ++dev->num_objs;
+    vqp_dev_qp_track(dev, qp, init, caps->qpn);
+    qp->ud    = 0;
+    qp->state = IBV_QPS_RESET;
     ucs_debug("%s: created QP 0x%x (sq %u x %u B, inline %u)", dev->attr.name,
               qp->qpn, dv->sq.wqe_cnt, dv->sq.stride, caps->max_inline);
     *qp_p = qp;
     return UCS_OK;
+}
+
+ucs_status_t vqp_dev_ud_qp_create(vqp_dev_t *dev,
+                                  const vqp_dev_ud_qp_init_t *init,
+                                  vqp_dev_qp_t **qp_p, struct mlx5dv_qp *dv,
+                                  vqp_dev_qp_caps_t *caps)
+{
+    vqp_dev_qp_init_t rc_init = {};
+    vqp_dev_qp_t *qp;
+    ucs_status_t status;
+
+    if ((dev == NULL) || (init == NULL) || (qp_p == NULL) || (dv == NULL) ||
+        (caps == NULL)) {
+        ucs_error("vqp_dev_ud_qp_create: NULL device, attributes or output "
+                  "argument");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    /* The queue limits are those of any QP with its own RQ. */
+    rc_init.send_cq      = init->send_cq;
+    rc_init.recv_cq      = init->recv_cq;
+    rc_init.max_send_wr  = init->max_send_wr;
+    rc_init.max_send_sge = init->max_send_sge;
+    rc_init.max_recv_wr  = init->max_recv_wr;
+    rc_init.max_recv_sge = init->max_recv_sge;
+    rc_init.max_inline   = init->max_inline;
+    status               = vqp_dev_qp_init_check(dev, &rc_init);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (init->qkey & 0x80000000u) {
+        ucs_error("%s: UD qkey 0x%x has the high bit set (a controlled qkey, "
+                  "privileged)",
+                  dev->attr.name, init->qkey);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    memset(dv, 0, sizeof(*dv));
+    memset(caps, 0, sizeof(*caps));
+    status = dev->ops->ud_qp_create(dev, init, &qp, dv, caps);
+    if (status != UCS_OK) {
+        return status;
+    }
+    vqp_dev_qp_track(dev, qp, &rc_init, caps->qpn);
+    qp->ud    = 1;
+    qp->state = IBV_QPS_RTS;
+    ucs_debug("%s: created UD QP 0x%x (sq %u x %u B, rq %u, inline %u, "
+              "qkey 0x%x)",
+              dev->attr.name, qp->qpn, dv->sq.wqe_cnt, dv->sq.stride,
+              dv->rq.wqe_cnt, caps->max_inline, init->qkey);
+    *qp_p = qp;
+    return UCS_OK;
+}
+
+ucs_status_t vqp_dev_ah_create(vqp_dev_t *dev, const vqp_dev_addr_t *remote,
+                               vqp_dev_ah_t **ah_p, struct mlx5_wqe_av *av)
+{
+    ucs_status_t status;
+
+    if ((dev == NULL) || (remote == NULL) || (ah_p == NULL) || (av == NULL)) {
+        ucs_error("vqp_dev_ah_create: NULL device, address or output "
+                  "argument");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    status = vqp_dev_is_reachable(dev, remote);
+    if (status != UCS_OK) {
+        ucs_error("%s: no address handle: the %s peer is unreachable",
+                  dev->attr.name,
+                  (remote->type == VQP_DEV_ADDR_SW)     ? "software"
+                  : (remote->type == VQP_DEV_ADDR_IB)   ? "IB"
+                  : (remote->type == VQP_DEV_ADDR_ROCE) ? "RoCE"
+                                                        : "unknown");
+        return status;
+    }
+    memset(av, 0, sizeof(*av));
+    status = dev->ops->ah_create(dev, remote, ah_p, av);
+    if (status != UCS_OK) {
+        return status;
+    }
+    (*ah_p)->dev = dev;
+    ++dev->num_objs;
+    return UCS_OK;
+}
+
+ucs_status_t vqp_dev_ah_destroy(vqp_dev_ah_t *ah)
+{
+    vqp_dev_t *dev;
+    ucs_status_t status;
+
+    if (ah == NULL) {
+        return UCS_OK;
+    }
+    dev    = ah->dev;
+    status = dev->ops->ah_destroy(ah);
+    if (status == UCS_OK) {
+        --dev->num_objs;
+    }
+    return status;
 }
 
 ucs_status_t vqp_dev_qp_destroy(vqp_dev_qp_t *qp)
@@ -561,6 +666,12 @@ ucs_status_t vqp_dev_qp_connect(vqp_dev_qp_t *qp,
     if (params == NULL) {
         vqp_dev_connect_params_default(&defaults);
         params = &defaults;
+    }
+    if (qp->ud) {
+        ucs_error("%s: QP 0x%x is a UD QP: it is ready at creation and "
+                  "never connected",
+                  qp->dev->attr.name, qp->qpn);
+        return UCS_ERR_INVALID_PARAM;
     }
     if (qp->state != IBV_QPS_RESET) {
         ucs_error("%s: QP 0x%x is in state %s: connecting needs RESET "

@@ -43,6 +43,11 @@ typedef struct vqp_dev_hw_qp {
     struct ibv_qp *qp;
 } vqp_dev_hw_qp_t;
 
+typedef struct vqp_dev_hw_ah {
+    vqp_dev_ah_t super;
+    struct ibv_ah *ah;
+} vqp_dev_hw_ah_t;
+
 #define vqp_dev_hw(_dev) ucs_container_of(_dev, vqp_dev_hw_t, super)
 
 /* errno of a failed verbs call as a UCS status. */
@@ -340,7 +345,9 @@ static ucs_status_t vqp_dev_hw_init_port(vqp_dev_hw_t *hw,
     attr->ext_atomic_sizes = 0;
     attr->max_msg_sz       = port_attr.max_msg_sz;
     attr->path_mtu         = vqp_dev_mtu_bytes(port_attr.active_mtu);
-    attr->bandwidth        = vqp_dev_hw_lane_rate(port_attr.active_speed) *
+    /* A UD message is one packet: the active MTU bounds its payload. */
+    attr->max_ud_msg = attr->path_mtu;
+    attr->bandwidth  = vqp_dev_hw_lane_rate(port_attr.active_speed) *
                       vqp_dev_hw_lanes(port_attr.active_width) / 8;
     attr->max_inline = vqp_dev_hw_probe_inline(hw);
     hw->gid_index    = -1;
@@ -869,16 +876,185 @@ static ucs_status_t vqp_dev_hw_qp_modify(vqp_dev_qp_t *super,
     return UCS_OK;
 }
 
+/* ------------------------------------------------------------ datagrams */
+
+static ucs_status_t vqp_dev_hw_ud_qp_create(vqp_dev_t *dev,
+                                            const vqp_dev_ud_qp_init_t *init,
+                                            vqp_dev_qp_t **qp_p,
+                                            struct mlx5dv_qp *dv,
+                                            vqp_dev_qp_caps_t *caps)
+{
+    vqp_dev_hw_t *hw                = vqp_dev_hw(dev);
+    struct ibv_qp_init_attr qp_attr = {};
+    struct mlx5dv_obj obj           = {};
+    struct ibv_qp_attr attr;
+    vqp_dev_hw_qp_t *qp;
+    const char *step;
+    int err, mask;
+
+    qp = calloc(1, sizeof(*qp));
+    if (qp == NULL) {
+        ucs_error("%s: out of memory", dev->attr.name);
+        return UCS_ERR_NO_MEMORY;
+    }
+    qp_attr.send_cq =
+        ucs_container_of(init->send_cq, vqp_dev_hw_cq_t, super)->cq;
+    qp_attr.recv_cq =
+        ucs_container_of(init->recv_cq, vqp_dev_hw_cq_t, super)->cq;
+    qp_attr.qp_type             = IBV_QPT_UD;
+    qp_attr.sq_sig_all          = 0;
+    qp_attr.cap.max_send_wr     = init->max_send_wr;
+    qp_attr.cap.max_send_sge    = init->max_send_sge;
+    qp_attr.cap.max_recv_wr     = init->max_recv_wr;
+    qp_attr.cap.max_recv_sge    = init->max_recv_sge;
+    qp_attr.cap.max_inline_data = init->max_inline;
+
+    qp->qp = ibv_create_qp(hw->pd, &qp_attr);
+    if (qp->qp == NULL) {
+        err = errno;
+        ucs_error("%s: ibv_create_qp(UD, sq %u, rq %u, inline %u) failed: %s",
+                  dev->attr.name, init->max_send_wr, init->max_recv_wr,
+                  init->max_inline, strerror(err));
+        free(qp);
+        return vqp_dev_hw_errno_status(err);
+    }
+    obj.qp.in  = qp->qp;
+    obj.qp.out = dv;
+    err        = mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP);
+    if (err != 0) {
+        step = "mlx5dv_init_obj(QP)";
+        goto err_destroy;
+    }
+
+    /* INIT (P_Key index 0, our port, the qkey), RTR, RTS (SQ PSN 0). */
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state   = IBV_QPS_INIT;
+    attr.pkey_index = 0;
+    attr.port_num   = hw->port;
+    attr.qkey       = init->qkey;
+    mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+    err  = ibv_modify_qp(qp->qp, &attr, mask);
+    if (err != 0) {
+        step = "ibv_modify_qp(UD RESET -> INIT)";
+        goto err_destroy;
+    }
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTR;
+    err           = ibv_modify_qp(qp->qp, &attr, IBV_QP_STATE);
+    if (err != 0) {
+        step = "ibv_modify_qp(UD INIT -> RTR)";
+        goto err_destroy;
+    }
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTS;
+    attr.sq_psn   = 0;
+    err           = ibv_modify_qp(qp->qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    if (err != 0) {
+        step = "ibv_modify_qp(UD RTR -> RTS)";
+        goto err_destroy;
+    }
+    caps->qpn         = qp->qp->qp_num;
+    caps->max_inline  = qp_attr.cap.max_inline_data;
+    caps->max_send_wr = qp_attr.cap.max_send_wr;
+    caps->max_recv_wr = qp_attr.cap.max_recv_wr;
+    *qp_p             = &qp->super;
+    return UCS_OK;
+
+err_destroy:
+    ucs_error("%s: UD QP 0x%x: %s failed: %s", dev->attr.name, qp->qp->qp_num,
+              step, strerror(err));
+    ibv_destroy_qp(qp->qp);
+    free(qp);
+    return vqp_dev_hw_errno_status(err);
+}
+
+static ucs_status_t vqp_dev_hw_ah_create(vqp_dev_t *dev,
+                                         const vqp_dev_addr_t *remote,
+                                         vqp_dev_ah_t **ah_p,
+                                         struct mlx5_wqe_av *av)
+{
+    vqp_dev_hw_t *hw           = vqp_dev_hw(dev);
+    struct ibv_ah_attr ah_attr = {};
+    struct mlx5dv_obj obj      = {};
+    struct mlx5dv_ah dv_ah     = {};
+    vqp_dev_connect_params_t params;
+    vqp_dev_hw_ah_t *ah;
+    int err;
+
+    ah = calloc(1, sizeof(*ah));
+    if (ah == NULL) {
+        ucs_error("%s: out of memory", dev->attr.name);
+        return UCS_ERR_NO_MEMORY;
+    }
+    /* RoCE: GRH with the GID index in use; IB: the LID, and a GRH whenever
+     * the peer sent its GID (the receiver then sees who sent it). */
+    vqp_dev_connect_params_default(&params);
+    vqp_dev_hw_fill_ah(hw, remote, &params, &ah_attr);
+    if ((remote->type == VQP_DEV_ADDR_IB) && remote->ib.has_gid &&
+        !ah_attr.is_global) {
+        ah_attr.is_global         = 1;
+        ah_attr.grh.dgid          = remote->ib.gid;
+        ah_attr.grh.sgid_index    = (hw->gid_index < 0) ? 0 : hw->gid_index;
+        ah_attr.grh.hop_limit     = params.hop_limit;
+        ah_attr.grh.traffic_class = params.traffic_class;
+    }
+    ah->ah = ibv_create_ah(hw->pd, &ah_attr);
+    if (ah->ah == NULL) {
+        err = errno;
+        ucs_error("%s: ibv_create_ah(%s, dlid %u, grh %d) failed: %s",
+                  dev->attr.name,
+                  (remote->type == VQP_DEV_ADDR_ROCE) ? "RoCE" : "IB",
+                  ah_attr.dlid, ah_attr.is_global, strerror(err));
+        free(ah);
+        return vqp_dev_hw_errno_status(err);
+    }
+    obj.ah.in  = ah->ah;
+    obj.ah.out = &dv_ah;
+    err        = mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH);
+    if ((err == 0) && (dv_ah.av == NULL)) {
+        err = EINVAL;
+    }
+    if (err != 0) {
+        ucs_error("%s: mlx5dv_init_obj(AH) failed: %s", dev->attr.name,
+                  strerror(err));
+        ibv_destroy_ah(ah->ah);
+        free(ah);
+        return vqp_dev_hw_errno_status(err);
+    }
+    /* The AV stays valid while the AH lives; WQEs take a copy. */
+    memcpy(av, dv_ah.av, sizeof(*av));
+    *ah_p = &ah->super;
+    return UCS_OK;
+}
+
+static ucs_status_t vqp_dev_hw_ah_destroy(vqp_dev_ah_t *super)
+{
+    vqp_dev_hw_ah_t *ah = ucs_container_of(super, vqp_dev_hw_ah_t, super);
+    int err;
+
+    err = ibv_destroy_ah(ah->ah);
+    if (err != 0) {
+        ucs_error("%s: ibv_destroy_ah failed: %s", super->dev->attr.name,
+                  strerror(err));
+        return vqp_dev_hw_errno_status(err);
+    }
+    free(ah);
+    return UCS_OK;
+}
+
 static const vqp_dev_ops_t vqp_dev_hw_ops = {
-    .close       = vqp_dev_hw_close,
-    .progress    = vqp_dev_hw_progress,
-    .mr_reg      = vqp_dev_hw_mr_reg,
-    .mr_dereg    = vqp_dev_hw_mr_dereg,
-    .cq_create   = vqp_dev_hw_cq_create,
-    .cq_destroy  = vqp_dev_hw_cq_destroy,
-    .srq_create  = vqp_dev_hw_srq_create,
-    .srq_destroy = vqp_dev_hw_srq_destroy,
-    .qp_create   = vqp_dev_hw_qp_create,
-    .qp_destroy  = vqp_dev_hw_qp_destroy,
-    .qp_modify   = vqp_dev_hw_qp_modify,
+    .close        = vqp_dev_hw_close,
+    .progress     = vqp_dev_hw_progress,
+    .mr_reg       = vqp_dev_hw_mr_reg,
+    .mr_dereg     = vqp_dev_hw_mr_dereg,
+    .cq_create    = vqp_dev_hw_cq_create,
+    .cq_destroy   = vqp_dev_hw_cq_destroy,
+    .srq_create   = vqp_dev_hw_srq_create,
+    .srq_destroy  = vqp_dev_hw_srq_destroy,
+    .qp_create    = vqp_dev_hw_qp_create,
+    .qp_destroy   = vqp_dev_hw_qp_destroy,
+    .qp_modify    = vqp_dev_hw_qp_modify,
+    .ud_qp_create = vqp_dev_hw_ud_qp_create,
+    .ah_create    = vqp_dev_hw_ah_create,
+    .ah_destroy   = vqp_dev_hw_ah_destroy,
 };

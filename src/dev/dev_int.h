@@ -33,6 +33,16 @@ typedef struct vqp_dev_ops {
     ucs_status_t (*qp_modify)(vqp_dev_qp_t *qp, enum ibv_qp_state state,
                               const vqp_dev_qp_addr_t *remote,
                               const vqp_dev_connect_params_t *params);
+    /* UD QP brought to RTS with init->qkey; caps->qpn set. Arguments are
+     * checked; on failure nothing is left behind. */
+    ucs_status_t (*ud_qp_create)(vqp_dev_t *dev,
+                                 const vqp_dev_ud_qp_init_t *init,
+                                 vqp_dev_qp_t **qp_p, struct mlx5dv_qp *dv,
+                                 vqp_dev_qp_caps_t *caps);
+    /* @a remote is of this device's kind and reachable. */
+    ucs_status_t (*ah_create)(vqp_dev_t *dev, const vqp_dev_addr_t *remote,
+                              vqp_dev_ah_t **ah_p, struct mlx5_wqe_av *av);
+    ucs_status_t (*ah_destroy)(vqp_dev_ah_t *ah);
 } vqp_dev_ops_t;
 
 /* Base of every device; implementations put it first in their own struct. */
@@ -40,7 +50,7 @@ struct vqp_dev {
     const vqp_dev_ops_t *ops;
     vqp_dev_attr_t attr;
     vqp_dev_addr_t addr;
-    unsigned num_objs; /* live MRs, CQs, SRQs and QPs */
+    unsigned num_objs; /* live MRs, CQs, SRQs, QPs and AHs */
 };
 
 struct vqp_dev_mr {
@@ -67,6 +77,11 @@ struct vqp_dev_qp {
     enum ibv_qp_state state;
     uint32_t qpn;
     uint16_t udp_sport;
+    int ud; /* UD QP: connected at creation, never by vqp_dev_qp_connect */
+};
+
+struct vqp_dev_ah {
+    vqp_dev_t *dev;
 };
 
 /* Implementations: open one device of their kind by name. */

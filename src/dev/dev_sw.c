@@ -45,6 +45,10 @@ typedef struct vqp_dev_sw_qp {
     vqp_sw_qp_t *qp;
 } vqp_dev_sw_qp_t;
 
+typedef struct vqp_dev_sw_ah {
+    vqp_dev_ah_t super;
+} vqp_dev_sw_ah_t;
+
 #define vqp_dev_swd(_dev) ucs_container_of(_dev, vqp_dev_swd_t, super)->sw
 
 static const vqp_dev_ops_t vqp_dev_sw_ops;
@@ -85,6 +89,7 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->path_mtu         = VQP_DEV_SW_MTU;
     attr->bandwidth        = VQP_DEV_SW_BANDWIDTH;
     attr->gid_index        = -1;
+    attr->max_ud_msg       = VQP_SW_UD_MAX_MSG;
 
     vqp_sw_dev_address(dev->sw, &sw_addr);
     dev->super.addr.type        = VQP_DEV_ADDR_SW;
@@ -300,16 +305,97 @@ static ucs_status_t vqp_dev_sw_qp_modify(vqp_dev_qp_t *super,
     return vqp_sw_qp_modify(qp->qp, &attr);
 }
 
+static ucs_status_t vqp_dev_sw_ud_qp_create(vqp_dev_t *dev,
+                                            const vqp_dev_ud_qp_init_t *init,
+                                            vqp_dev_qp_t **qp_p,
+                                            struct mlx5dv_qp *dv,
+                                            vqp_dev_qp_caps_t *caps)
+{
+    static const enum ibv_qp_state path[] = {IBV_QPS_INIT, IBV_QPS_RTR,
+                                             IBV_QPS_RTS};
+    vqp_sw_qp_init_attr_t sw_init         = {};
+    vqp_sw_qp_attr_t attr;
+    vqp_dev_sw_qp_t *qp;
+    ucs_status_t status;
+    unsigned i;
+
+    qp = calloc(1, sizeof(*qp));
+    if (qp == NULL) {
+        ucs_error("%s: out of memory", dev->attr.name);
+        return UCS_ERR_NO_MEMORY;
+    }
+    sw_init.send_cq =
+        ucs_container_of(init->send_cq, vqp_dev_sw_cq_t, super)->cq;
+    sw_init.recv_cq =
+        ucs_container_of(init->recv_cq, vqp_dev_sw_cq_t, super)->cq;
+    sw_init.max_send_wr     = init->max_send_wr;
+    sw_init.max_recv_wr     = init->max_recv_wr;
+    sw_init.max_recv_sge    = init->max_recv_sge;
+    sw_init.max_inline_data = init->max_inline;
+    status = vqp_sw_ud_qp_create(vqp_dev_swd(dev), &sw_init, &qp->qp, dv,
+                                 &caps->qpn);
+    if (status != UCS_OK) {
+        free(qp);
+        return status;
+    }
+    for (i = 0; i < sizeof(path) / sizeof(path[0]); ++i) {
+        memset(&attr, 0, sizeof(attr));
+        attr.qp_state = path[i];
+        attr.qkey     = (path[i] == IBV_QPS_INIT) ? init->qkey : 0;
+        status        = vqp_sw_qp_modify(qp->qp, &attr);
+        if (status != UCS_OK) {
+            vqp_sw_qp_destroy(qp->qp);
+            free(qp);
+            return status;
+        }
+    }
+    caps->max_inline  = init->max_inline;
+    caps->max_send_wr = dv->sq.wqe_cnt;
+    caps->max_recv_wr = dv->rq.wqe_cnt;
+    *qp_p             = &qp->super;
+    return UCS_OK;
+}
+
+static ucs_status_t vqp_dev_sw_ah_create(vqp_dev_t *dev,
+                                         const vqp_dev_addr_t *remote,
+                                         vqp_dev_ah_t **ah_p,
+                                         struct mlx5_wqe_av *av)
+{
+    vqp_sw_dev_addr_t sw_addr;
+    vqp_dev_sw_ah_t *ah;
+
+    /* The AV is the whole handle: nothing to allocate in the device. */
+    ah = calloc(1, sizeof(*ah));
+    if (ah == NULL) {
+        ucs_error("%s: out of memory", dev->attr.name);
+        return UCS_ERR_NO_MEMORY;
+    }
+    sw_addr.pid      = remote->sw.pid;
+    sw_addr.instance = remote->sw.instance;
+    vqp_sw_ah_av(&sw_addr, av);
+    *ah_p = &ah->super;
+    return UCS_OK;
+}
+
+static ucs_status_t vqp_dev_sw_ah_destroy(vqp_dev_ah_t *super)
+{
+    free(ucs_container_of(super, vqp_dev_sw_ah_t, super));
+    return UCS_OK;
+}
+
 static const vqp_dev_ops_t vqp_dev_sw_ops = {
-    .close       = vqp_dev_sw_close,
-    .progress    = vqp_dev_sw_progress,
-    .mr_reg      = vqp_dev_sw_mr_reg,
-    .mr_dereg    = vqp_dev_sw_mr_dereg,
-    .cq_create   = vqp_dev_sw_cq_create,
-    .cq_destroy  = vqp_dev_sw_cq_destroy,
-    .srq_create  = vqp_dev_sw_srq_create,
-    .srq_destroy = vqp_dev_sw_srq_destroy,
-    .qp_create   = vqp_dev_sw_qp_create,
-    .qp_destroy  = vqp_dev_sw_qp_destroy,
-    .qp_modify   = vqp_dev_sw_qp_modify,
+    .close        = vqp_dev_sw_close,
+    .progress     = vqp_dev_sw_progress,
+    .mr_reg       = vqp_dev_sw_mr_reg,
+    .mr_dereg     = vqp_dev_sw_mr_dereg,
+    .cq_create    = vqp_dev_sw_cq_create,
+    .cq_destroy   = vqp_dev_sw_cq_destroy,
+    .srq_create   = vqp_dev_sw_srq_create,
+    .srq_destroy  = vqp_dev_sw_srq_destroy,
+    .qp_create    = vqp_dev_sw_qp_create,
+    .qp_destroy   = vqp_dev_sw_qp_destroy,
+    .qp_modify    = vqp_dev_sw_qp_modify,
+    .ud_qp_create = vqp_dev_sw_ud_qp_create,
+    .ah_create    = vqp_dev_sw_ah_create,
+    .ah_destroy   = vqp_dev_sw_ah_destroy,
 };

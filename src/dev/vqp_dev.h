@@ -77,7 +77,7 @@ void vqp_dev_open_params_default(vqp_dev_open_params_t *params);
  * Unknown name: UCS_ERR_NO_DEVICE. */
 ucs_status_t vqp_dev_open(const char *name, const vqp_dev_open_params_t *params,
                           vqp_dev_t **dev_p);
-/* UCS_ERR_BUSY (and nothing closed) while MRs, CQs, SRQs or QPs of the
+/* UCS_ERR_BUSY (and nothing closed) while MRs, CQs, SRQs, QPs or AHs of the
  * device are alive: closing would pull queue memory from under their users. */
 ucs_status_t vqp_dev_close(vqp_dev_t *dev);
 
@@ -97,6 +97,7 @@ typedef struct vqp_dev_attr {
     uint32_t path_mtu;   /* active MTU, bytes */
     double bandwidth;    /* link data rate, bytes/s (estimates) */
     int gid_index;       /* RoCE: the GID index in use, else -1 */
+    uint32_t max_ud_msg; /* largest UD payload: the path MTU */
 } vqp_dev_attr_t;
 
 void vqp_dev_query(const vqp_dev_t *dev, vqp_dev_attr_t *attr);
@@ -211,6 +212,41 @@ ucs_status_t vqp_dev_qp_addr_unpack(const void *buf, size_t len,
  * software peer process gone, ...). */
 ucs_status_t vqp_dev_is_reachable(const vqp_dev_t *dev,
                                   const vqp_dev_addr_t *remote);
+
+/* ------------------------------------------------------------ datagrams */
+
+/* Every UD receive buffer starts with room for a GRH (40 bytes), as in verbs;
+ * the payload follows it and the CQE's byte count includes these 40 bytes. */
+#define VQP_DEV_UD_GRH_LEN 40
+
+typedef struct vqp_dev_ah vqp_dev_ah_t;
+
+typedef struct vqp_dev_ud_qp_init {
+    vqp_dev_cq_t *send_cq;
+    vqp_dev_cq_t *recv_cq;
+    uint32_t max_send_wr;
+    uint32_t max_send_sge;
+    uint32_t max_recv_wr;
+    uint32_t max_recv_sge;
+    uint32_t max_inline;
+    uint32_t qkey;
+} vqp_dev_ud_qp_init_t;
+
+/* UD QP with its own RQ, already in RTS (INIT with the qkey, RTR, RTS done
+ * inside); @a dv as mlx5dv_init_obj fills it. Destroy with vqp_dev_qp_destroy.
+ * The qkey must have its high bit clear (controlled qkeys are privileged).
+ * vqp_dev_qp_connect refuses a UD QP. */
+ucs_status_t vqp_dev_ud_qp_create(vqp_dev_t *dev,
+                                  const vqp_dev_ud_qp_init_t *init,
+                                  vqp_dev_qp_t **qp_p, struct mlx5dv_qp *dv,
+                                  vqp_dev_qp_caps_t *caps);
+
+/* Address handle towards the device at @a remote; @a av receives the mlx5
+ * address vector for the datagram segment of UD WQEs (the QPN and qkey are
+ * set per WQE by vqp_mlx5_post_ud_send). Unreachable: UCS_ERR_UNREACHABLE. */
+ucs_status_t vqp_dev_ah_create(vqp_dev_t *dev, const vqp_dev_addr_t *remote,
+                               vqp_dev_ah_t **ah_p, struct mlx5_wqe_av *av);
+ucs_status_t vqp_dev_ah_destroy(vqp_dev_ah_t *ah);
 
 /* ------------------------------------------------------------ connection */
 

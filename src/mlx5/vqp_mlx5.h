@@ -11,6 +11,7 @@
  *   vqp_mlx5_tx.inl  send queue: WQE building, signaling, doorbell/BlueFlame
  *   vqp_mlx5_rx.inl  receive queue and linked-list SRQ
  *   vqp_mlx5_cq.inl  completion queue: polling, CQE decoding, error syndromes
+ *   vqp_mlx5_ud.inl  UD sends (datagram segment) and UD receive CQE fields
  */
 #ifndef VQP_MLX5_H_
 #define VQP_MLX5_H_
@@ -126,5 +127,6 @@ typedef struct vqp_mlx5_cq {
 #include "vqp_mlx5_tx.inl"
 #include "vqp_mlx5_rx.inl"
 #include "vqp_mlx5_cq.inl"
+#include "vqp_mlx5_ud.inl"
 
 #endif

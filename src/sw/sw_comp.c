@@ -139,8 +139,9 @@ void vqp_sw_cqe_resp(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
     cqe.byte_cnt       = htobe32(rec->byte_cnt);
     cqe.imm_inval_pkey = rec->imm;
     cqe.sop_drop_qpn   = htobe32(qp->qpn);
-    cqe.flags_rqpn     = htobe32(rec->src_qpn & 0xffffff);
-    cqe.wqe_counter    = htobe16(rec->wqe_counter);
+    /* UD: GRH present (bits 29:28 = 1) and the sender's SL above it. */
+    cqe.flags_rqpn  = htobe32((rec->ud_hdr << 24) | (rec->src_qpn & 0xffffff));
+    cqe.wqe_counter = htobe16(rec->wqe_counter);
     if (qp->srq != NULL) {
         cqe.srqn_uidx = htobe32(qp->srq->index);
     }
@@ -177,7 +178,9 @@ unsigned vqp_sw_flush_qp(vqp_sw_qp_t *qp)
     if (walked >= qp->sq_wqe_cnt) {
         qp->sq_ci = pi; /* overflowed ring: nothing meaningful is left */
     }
-    if ((qp->srq == NULL) && (qp->shm->rq_wqe_cnt > 0)) {
+    /* SQE: the RQ keeps receiving. */
+    if ((qp->srq == NULL) && (qp->shm->rq_wqe_cnt > 0) &&
+        (vqp_sw_qp_state(qp) != IBV_QPS_SQE)) {
         rpi = (uint16_t)be32toh(
             __atomic_load_n(&qp->dbrec[MLX5_RCV_DBR], __ATOMIC_ACQUIRE));
         walked = 0;

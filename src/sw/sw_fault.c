@@ -108,6 +108,10 @@ static bool vqp_sw_fault_item(vqp_sw_fault_t *f, const char *key,
         f->err[f->n_err].qpn   = (uint32_t)v;
         f->err[f->n_err++].wqe = (uint16_t)wqe;
         return true;
+    } else if (VQP_SW_KEY("ud_drop")) {
+        return vqp_sw_parse_prob(val, end, &f->ud_drop);
+    } else if (VQP_SW_KEY("ud_dup")) {
+        return vqp_sw_parse_prob(val, end, &f->ud_dup);
     } else if (VQP_SW_KEY("kill")) {
         if ((f->n_kill == 8) || !vqp_sw_parse_u64(val, end, 0xffffff, &v)) {
             return false;
@@ -142,8 +146,8 @@ ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault)
             !vqp_sw_fault_item(&f, p, (size_t)(eq - p), eq + 1, item_end)) {
             ucs_error("vqp_sw: fault spec '%s': bad item '%.*s' (expected "
                       "seed=N, reorder=P, delay_us=N, delay_prob=P, "
-                      "err=QPN:WQE:SYND, err_prob=P[:SYND], kill=QPN; P in "
-                      "[0,1])",
+                      "err=QPN:WQE:SYND, err_prob=P[:SYND], kill=QPN, "
+                      "ud_drop=P, ud_dup=P; P in [0,1])",
                       spec, (int)(item_end - p), p);
             return UCS_ERR_INVALID_PARAM;
         }
@@ -193,4 +197,22 @@ bool vqp_sw_fault_killed(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp)
         }
     }
     return false;
+}
+
+unsigned vqp_sw_fault_ud_copies(vqp_sw_dev_t *dev)
+{
+    vqp_sw_fault_t *f = &dev->fault;
+
+    if (!f->enabled) {
+        return 1;
+    }
+    /* Both draws on every datagram when set, so the sequence of decisions
+     * depends on the seed and the number of datagrams only. */
+    if ((f->ud_drop > 0) && (vqp_sw_fault_rand(f) < f->ud_drop)) {
+        return 0;
+    }
+    if ((f->ud_dup > 0) && (vqp_sw_fault_rand(f) < f->ud_dup)) {
+        return 2;
+    }
+    return 1;
 }

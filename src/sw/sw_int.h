@@ -22,7 +22,7 @@
 #pragma GCC visibility push(hidden)
 
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     1u
+#define VQP_SW_VERSION     2u /* 2: UD QPs (type, qkey, ud_dropped) */
 #define VQP_SW_MAX_QP      1024u
 #define VQP_SW_QP_BITS     10u
 #define VQP_SW_MAX_CQ      512u
@@ -54,6 +54,9 @@
  * placed by the requester with process_vm_writev. Multiple of 8. */
 #define VQP_SW_SMALL_SEND  256u
 #define VQP_SW_SMALL_TRACK 8u /* unplaced small SENDs tracked per QP */
+/* UD QP types in vqp_sw_shm_qp_t.type. */
+#define VQP_SW_QPT_RC 0u
+#define VQP_SW_QPT_UD 1u
 
 /* Memory region entry, readable by peers. key 0 marks a free slot. A reader
  * re-reads the key after the fields to detect a concurrent dereg. */
@@ -79,6 +82,8 @@ typedef struct vqp_sw_shm_qp {
     uint64_t rq_off;
     uint32_t rq_ci;      /* peer writes, under the lock: RQ WQEs consumed */
     uint32_t remote_err; /* peer writes: responder-side error to enter */
+    uint32_t type;       /* VQP_SW_QPT_*, fixed at create */
+    uint32_t qkey;       /* UD: set in INIT; datagrams must carry it */
     /* Counters, owner writes on every WQE: a cache line of their own so
      * peers reading the fields above do not bounce it. */
     uint64_t wqes __attribute__((aligned(64)));
@@ -88,6 +93,7 @@ typedef struct vqp_sw_shm_qp {
     uint64_t retries;
     uint64_t flushed;
     uint64_t recv_msgs;
+    uint64_t ud_dropped; /* UD datagrams sent but not delivered */
 } vqp_sw_shm_qp_t;
 
 typedef struct vqp_sw_shm_srq {
@@ -116,7 +122,7 @@ typedef struct vqp_sw_shm_rec {
     uint8_t opcode;   /* MLX5_CQE_RESP_* or MLX5_CQE_RESP_ERR */
     uint8_t syndrome; /* for MLX5_CQE_RESP_ERR */
     uint32_t flags;
-    uint32_t reserved;
+    uint32_t ud_hdr; /* UD: bits 31:24 of the CQE's flags_rqpn (GRH, SL) */
     uint8_t data[VQP_SW_SMALL_SEND];
 } vqp_sw_shm_rec_t;
 
@@ -173,6 +179,8 @@ typedef struct vqp_sw_fault {
     double delay_prob;
     unsigned delay_us;
     double err_prob;
+    double ud_drop; /* UD datagrams lost on the way */
+    double ud_dup;  /* UD datagrams delivered twice */
     uint8_t err_prob_synd;
     unsigned n_err;
     struct {
@@ -261,6 +269,10 @@ struct vqp_sw_qp {
     size_t sq_pages;
     size_t rq_pages;
     void *bf;
+    /* UD: no connection; peer caches the device the last datagram went
+     * to, ud_hdr is the CQE header of the datagram being delivered. */
+    bool ud;
+    uint32_t ud_hdr;
 };
 
 struct vqp_sw_dev {
@@ -297,6 +309,10 @@ void vqp_sw_shm_name(char *buf, size_t len, uint32_t uid, uint32_t pid,
 vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev,
                                const vqp_sw_dev_addr_t *addr);
 void vqp_sw_peer_put(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer);
+/* As vqp_sw_peer_get, without logging a missing or foreign segment (UD:
+ * a datagram to a vanished device is dropped quietly). */
+vqp_sw_peer_t *vqp_sw_peer_get_quiet(vqp_sw_dev_t *dev,
+                                     const vqp_sw_dev_addr_t *addr);
 bool vqp_sw_peer_check(vqp_sw_peer_t *peer);
 /* Cheap per-message check that the peer process lives (reaped or not):
  * its life lock, or kill() when that lock cannot tell. @a self_pid: ours
@@ -333,6 +349,8 @@ uint8_t vqp_sw_scatter_resolve(const vqp_sw_shm_t *shm,
 /* sw_queue.c */
 const char *vqp_sw_state_str(enum ibv_qp_state state);
 void vqp_sw_qp_set_error(vqp_sw_qp_t *qp);
+/* UD QP in RTS after a send error: SQ Error (the RQ keeps working). */
+void vqp_sw_qp_set_sqe(vqp_sw_qp_t *qp);
 
 /* sw_comp.c */
 void vqp_sw_cqe_req(vqp_sw_qp_t *qp, uint16_t wqe_counter, uint8_t opcode,
@@ -341,6 +359,7 @@ void vqp_sw_cqe_err(vqp_sw_qp_t *qp, vqp_sw_cq_t *cq, bool responder,
                     uint16_t wqe_counter, uint8_t opcode, uint8_t syndrome);
 void vqp_sw_cqe_resp(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec);
 void vqp_sw_cq_release_held(vqp_sw_cq_t *cq);
+/* Flush CQEs for the SQ, and for the RQ unless the QP is in SQE. */
 unsigned vqp_sw_flush_qp(vqp_sw_qp_t *qp);
 
 /* sw_req.c, sw_rdma.c: the requester */
@@ -377,6 +396,14 @@ typedef struct vqp_sw_wqe {
 } vqp_sw_wqe_t;
 vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
                                     uint8_t syndrome);
+/* A violated rule of the WQE contract: named in the log, then an error CQE
+ * with the syndrome a ConnectX gives. */
+#define vqp_sw_req_violation(_qp, _w, _synd, _fmt, ...)                 \
+    ({                                                                  \
+        ucs_error("vqp_sw %s: QP 0x%x WQE %u: " _fmt, (_qp)->dev->name, \
+                  (_qp)->qpn, (_qp)->sq_ci, ##__VA_ARGS__);             \
+        vqp_sw_req_fail(_qp, _w, _synd);                                \
+    })
 vqp_sw_req_result_t vqp_sw_req_stall(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
                                      vqp_sw_stall_t why);
 bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
@@ -430,6 +457,23 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
                                          unsigned n_iov, uint64_t len,
                                          uint64_t raddr, uint32_t rkey);
 vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp);
+/* Responder steps the UD path shares; qp->peer is the target device, its
+ * lock held. */
+vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                          unsigned k, uint32_t *cursor,
+                                          const struct mlx5_wqe_data_seg **segs,
+                                          unsigned *n_segs,
+                                          uint16_t *wqe_counter);
+void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                         uint16_t wqe_counter);
+void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
+                         uint8_t syndrome, uint16_t wqe_counter,
+                         uint32_t byte_cnt, uint32_t imm,
+                         const struct iovec *small, unsigned n_small);
+
+/* sw_ud.c */
+/* Executes the UD WQE at sq_ci (ctrl checked, @a w->base linear). */
+vqp_sw_req_result_t vqp_sw_ud_send(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w);
 /* True while [addr, addr+len) of the target may still receive the payload
  * of an earlier small SEND of @a qp: the caller waits (BUSY). */
 bool vqp_sw_small_conflict(vqp_sw_qp_t *qp, uint64_t addr, uint64_t len);
@@ -439,6 +483,9 @@ ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault);
 double vqp_sw_fault_rand(vqp_sw_fault_t *fault);
 uint8_t vqp_sw_fault_wqe(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp, uint16_t wqe);
 bool vqp_sw_fault_killed(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp);
+/* Copies of a UD datagram the network delivers: 0 (ud_drop), 1 or 2
+ * (ud_dup). */
+unsigned vqp_sw_fault_ud_copies(vqp_sw_dev_t *dev);
 
 #pragma GCC visibility pop
 

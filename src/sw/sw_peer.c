@@ -165,7 +165,9 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
 }
 
 /* Map (or find the cached mapping of) a peer instance's segment. */
-vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
+static vqp_sw_peer_t *vqp_sw_peer_open(vqp_sw_dev_t *dev,
+                                       const vqp_sw_dev_addr_t *addr,
+                                       ucs_log_level_t level)
 {
     char name[VQP_SW_NAME_MAX];
     vqp_sw_peer_t *peer, *free_slot = NULL;
@@ -195,7 +197,8 @@ vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
                     addr->instance);
     fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) {
-        ucs_error("vqp_sw %s: peer device %s not found: %m", dev->name, name);
+        ucs_log(level, "vqp_sw %s: peer device %s not found: %m", dev->name,
+                name);
         return NULL;
     }
     if ((fstat(fd, &st) != 0) || ((size_t)st.st_size < sizeof(vqp_sw_shm_t))) {
@@ -213,10 +216,11 @@ vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
     if ((__atomic_load_n(&shm->magic, __ATOMIC_ACQUIRE) != VQP_SW_MAGIC) ||
         (shm->version != VQP_SW_VERSION) ||
         (shm->hdr_size != sizeof(vqp_sw_shm_t))) {
-        ucs_error("vqp_sw %s: peer segment %s has another format (version "
-                  "%u, header %u bytes; ours %u, %zu)",
-                  dev->name, name, shm->version, shm->hdr_size, VQP_SW_VERSION,
-                  sizeof(vqp_sw_shm_t));
+        ucs_log(level,
+                "vqp_sw %s: peer segment %s has another format (version "
+                "%u, header %u bytes; ours %u, %zu)",
+                dev->name, name, shm->version, shm->hdr_size, VQP_SW_VERSION,
+                sizeof(vqp_sw_shm_t));
         munmap(shm, (size_t)st.st_size);
         return NULL;
     }
@@ -229,6 +233,17 @@ vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
     free_slot->life_unreliable = false;
     free_slot->refs            = 1;
     return free_slot;
+}
+
+vqp_sw_peer_t *vqp_sw_peer_get(vqp_sw_dev_t *dev, const vqp_sw_dev_addr_t *addr)
+{
+    return vqp_sw_peer_open(dev, addr, UCS_LOG_LEVEL_ERROR);
+}
+
+vqp_sw_peer_t *vqp_sw_peer_get_quiet(vqp_sw_dev_t *dev,
+                                     const vqp_sw_dev_addr_t *addr)
+{
+    return vqp_sw_peer_open(dev, addr, UCS_LOG_LEVEL_DEBUG);
 }
 
 void vqp_sw_peer_put(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer)

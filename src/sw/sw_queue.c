@@ -212,10 +212,10 @@ ucs_status_t vqp_sw_srq_destroy(vqp_sw_srq_t *srq)
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
-                              const vqp_sw_qp_init_attr_t *attr,
-                              vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
-                              uint32_t *qpn_p)
+static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
+                                          const vqp_sw_qp_init_attr_t *attr,
+                                          uint32_t type, vqp_sw_qp_t **qp_p,
+                                          struct mlx5dv_qp *dv, uint32_t *qpn_p)
 {
     vqp_sw_shm_qp_t *sq;
     vqp_sw_qp_t *qp;
@@ -304,8 +304,10 @@ ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
     sq->rq_stride  = rq_stride;
     sq->rq_max_sge = attr->max_recv_sge;
     sq->rq_off     = rq_off;
+    sq->type       = type;
     sq->qpn        = qp->qpn;
     vqp_sw_unlock(dev->shm);
+    qp->ud = (type == VQP_SW_QPT_UD);
     ++qp->send_cq->refs;
     ++qp->recv_cq->refs;
     if (qp->srq != NULL) {
@@ -333,6 +335,28 @@ err_free:
     free(qp->bf);
     free(qp);
     return UCS_ERR_NO_MEMORY;
+}
+
+ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
+                              const vqp_sw_qp_init_attr_t *attr,
+                              vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
+                              uint32_t *qpn_p)
+{
+    return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_RC, qp_p, dv, qpn_p);
+}
+
+ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
+                                 const vqp_sw_qp_init_attr_t *attr,
+                                 vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
+                                 uint32_t *qpn_p)
+{
+    if (attr->srq != NULL) {
+        ucs_error("vqp_sw %s: ud_qp_create: a UD QP on an SRQ is not "
+                  "supported by the software device (own RQ only)",
+                  dev->name);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_UD, qp_p, dv, qpn_p);
 }
 
 ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
@@ -389,6 +413,12 @@ static void vqp_sw_qp_set_state(vqp_sw_qp_t *qp, enum ibv_qp_state state)
     vqp_sw_unlock(qp->dev->shm);
 }
 
+void vqp_sw_qp_set_sqe(vqp_sw_qp_t *qp)
+{
+    ucs_debug("vqp_sw %s: UD QP 0x%x -> SQE", qp->dev->name, qp->qpn);
+    vqp_sw_qp_set_state(qp, IBV_QPS_SQE);
+}
+
 void vqp_sw_qp_set_error(vqp_sw_qp_t *qp)
 {
     if (vqp_sw_qp_state(qp) != IBV_QPS_ERR) {
@@ -405,6 +435,7 @@ static void vqp_sw_qp_reset(vqp_sw_qp_t *qp)
     qp->shm->dest_pid   = 0;
     qp->shm->dest_qpn   = 0;
     qp->shm->access     = 0;
+    qp->shm->qkey       = 0;
     __atomic_store_n(&qp->shm->state, IBV_QPS_RESET, __ATOMIC_RELEASE);
     vqp_sw_unlock(qp->dev->shm);
     /* Software restarts its counters from 0 after RESET, as on mlx5. */
@@ -418,6 +449,46 @@ static void vqp_sw_qp_reset(vqp_sw_qp_t *qp)
     qp->delayed_wqe = UINT32_MAX;
     vqp_sw_peer_put(qp->dev, qp->peer);
     qp->peer = NULL;
+}
+
+/* INIT, RTR, RTS of a UD QP: a qkey in INIT and nothing of a connection
+ * (verbs refuses the RC attributes on UD, and a qkey with the high bit,
+ * the controlled qkeys, needs privileges). */
+static ucs_status_t vqp_sw_ud_modify(vqp_sw_qp_t *qp, enum ibv_qp_state cur,
+                                     const vqp_sw_qp_attr_t *attr)
+{
+    vqp_sw_dev_t *dev            = qp->dev;
+    const vqp_sw_dev_addr_t none = {};
+
+    if ((attr->qp_access_flags != 0) || (attr->dest_qp_num != 0) ||
+        memcmp(&attr->dest_dev, &none, sizeof(none)) ||
+        (attr->min_rnr_timer != 0) || (attr->max_dest_rd_atomic != 0) ||
+        (attr->timeout != 0) || (attr->retry_cnt != 0) ||
+        (attr->rnr_retry != 0) || (attr->max_rd_atomic != 0)) {
+        ucs_error("vqp_sw %s: UD QP 0x%x -> %s: access flags, destination, "
+                  "timers and retry/read counts are RC attributes (must be "
+                  "0 on UD)",
+                  dev->name, qp->qpn, vqp_sw_state_str(attr->qp_state));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (attr->qp_state == IBV_QPS_INIT) {
+        if (attr->qkey & 0x80000000u) {
+            ucs_error("vqp_sw %s: UD QP 0x%x: qkey 0x%x has the high bit "
+                      "(controlled qkey, privileged)",
+                      dev->name, qp->qpn, attr->qkey);
+            return UCS_ERR_INVALID_PARAM;
+        }
+        qp->shm->qkey = attr->qkey;
+    } else if (attr->qkey != 0) {
+        ucs_error("vqp_sw %s: UD QP 0x%x: the qkey is set in INIT, not in %s",
+                  dev->name, qp->qpn, vqp_sw_state_str(attr->qp_state));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if ((cur == IBV_QPS_SQE) && (attr->qp_state == IBV_QPS_RTS)) {
+        ucs_debug("vqp_sw %s: UD QP 0x%x: SQE -> RTS", dev->name, qp->qpn);
+    }
+    vqp_sw_qp_set_state(qp, attr->qp_state);
+    return UCS_OK;
 }
 
 ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
@@ -441,7 +512,9 @@ ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
         ok = (cur == IBV_QPS_INIT);
         break;
     case IBV_QPS_RTS:
-        ok = (cur == IBV_QPS_RTR) || (cur == IBV_QPS_RTS);
+        /* SQE -> RTS recovers a UD QP's send queue (not RC: IBA 10.3.1). */
+        ok = (cur == IBV_QPS_RTR) || (cur == IBV_QPS_RTS) ||
+             (qp->ud && (cur == IBV_QPS_SQE));
         break;
     default:
         ok = false;
@@ -450,6 +523,14 @@ ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
     if (!ok) {
         ucs_error("vqp_sw %s: QP 0x%x: invalid transition %s -> %s", dev->name,
                   qp->qpn, vqp_sw_state_str(cur), vqp_sw_state_str(next));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (qp->ud && (next != IBV_QPS_RESET) && (next != IBV_QPS_ERR)) {
+        return vqp_sw_ud_modify(qp, cur, attr);
+    }
+    if (attr->qkey != 0) {
+        ucs_error("vqp_sw %s: QP 0x%x: a qkey (0x%x) is for UD QPs only",
+                  dev->name, qp->qpn, attr->qkey);
         return UCS_ERR_INVALID_PARAM;
     }
     switch (next) {
@@ -514,4 +595,5 @@ void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c)
     c->retries     = qp->shm->retries;
     c->flushed     = qp->shm->flushed;
     c->recv_msgs   = qp->shm->recv_msgs;
+    c->ud_dropped  = qp->shm->ud_dropped;
 }

@@ -27,18 +27,16 @@ vqp_sw_req_result_t vqp_sw_req_fail(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
     qp->sq_ci += w->nbb ? w->nbb : 1;
     qp->stall       = VQP_SW_STALL_NONE;
     qp->stall_count = 0;
-    vqp_sw_qp_set_error(qp);
+    /* A send error takes a UD QP in RTS to SQE (its RQ keeps working, as
+     * IBA 10.3.1 has it), anything else to ERR. */
+    if (qp->ud && (vqp_sw_qp_state(qp) == IBV_QPS_RTS)) {
+        vqp_sw_qp_set_sqe(qp);
+    } else {
+        vqp_sw_qp_set_error(qp);
+    }
     return VQP_SW_REQ_ERROR;
 }
 
-/* A violated rule of the WQE contract: named in the log, then a local QP
- * operation error (or the given syndrome), as a ConnectX reports it. */
-#define vqp_sw_req_violation(_qp, _w, _synd, _fmt, ...)                 \
-    ({                                                                  \
-        ucs_error("vqp_sw %s: QP 0x%x WQE %u: " _fmt, (_qp)->dev->name, \
-                  (_qp)->qpn, (_qp)->sq_ci, ##__VA_ARGS__);             \
-        vqp_sw_req_fail(_qp, _w, _synd);                                \
-    })
 
 bool vqp_sw_req_layout(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w, unsigned first,
                        const char **why)
@@ -253,6 +251,9 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
         memcpy(copy + (size_t)i * VQP_SW_BB, qp->sq_buf,
                (size_t)(w.nbb - i) * VQP_SW_BB);
         w.base = copy;
+    }
+    if (qp->ud) {
+        return vqp_sw_ud_send(qp, &w);
     }
     rseg = (const void *)(w.base + 16);
     aseg = (const void *)(w.base + 32);
@@ -547,7 +548,7 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
         vqp_sw_qp_set_error(qp);
     }
     state = (enum ibv_qp_state)qp->shm->state;
-    if (state == IBV_QPS_ERR) {
+    if ((state == IBV_QPS_ERR) || (state == IBV_QPS_SQE)) {
         return vqp_sw_flush_qp(qp);
     }
     pi = (uint16_t)be32toh(
@@ -595,7 +596,9 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
     while ((qp->sq_ci != pi) && (n < VQP_SW_WQE_BUDGET)) {
         head =
             qp->sq_buf + (size_t)(qp->sq_ci & (qp->sq_wqe_cnt - 1)) * VQP_SW_BB;
-        if (head[3] == MLX5_OPCODE_RDMA_WRITE) {
+        if (qp->ud) {
+            run = 0; /* every datagram alone: own destination, faults */
+        } else if (head[3] == MLX5_OPCODE_RDMA_WRITE) {
             run = vqp_sw_req_write_run(qp, pi, VQP_SW_WQE_BUDGET - n);
         } else if ((head[3] == MLX5_OPCODE_SEND) ||
                    (head[3] == MLX5_OPCODE_SEND_IMM)) {

@@ -43,10 +43,11 @@ vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp)
 /* The receive WQE @a k places after the next one the target's queue hands
  * out (k = 0: the next). For an SRQ, @a cursor follows the linked list: set
  * here for k = 0, advanced by the caller with vqp_sw_resp_srq_next(). */
-static vqp_sw_resp_status_t
-vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, unsigned k,
-                     uint32_t *cursor, const struct mlx5_wqe_data_seg **segs,
-                     unsigned *n_segs, uint16_t *wqe_counter)
+vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                                          unsigned k, uint32_t *cursor,
+                                          const struct mlx5_wqe_data_seg **segs,
+                                          unsigned *n_segs,
+                                          uint16_t *wqe_counter)
 {
     vqp_sw_shm_t *pshm = qp->peer->shm;
     unsigned tidx      = tqp->qpn & (VQP_SW_MAX_QP - 1);
@@ -300,8 +301,8 @@ static void vqp_sw_small_track(vqp_sw_qp_t *qp, uint64_t lo, uint64_t hi)
     qp->small[i].seq = qp->peer->shm->in_head;
 }
 
-static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
-                                uint16_t wqe_counter)
+void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                         uint16_t wqe_counter)
 {
     vqp_sw_shm_srq_t *srq;
 
@@ -317,11 +318,10 @@ static void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
 /* Publishes a record. With @a small (a SEND of at most VQP_SW_SMALL_SEND
  * bytes, already checked) its payload, gathered from our memory, travels
  * in the record: the owner places it. */
-static void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
-                                uint8_t opcode, uint8_t syndrome,
-                                uint16_t wqe_counter, uint32_t byte_cnt,
-                                uint32_t imm, const struct iovec *small,
-                                unsigned n_small)
+void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
+                         uint8_t syndrome, uint16_t wqe_counter,
+                         uint32_t byte_cnt, uint32_t imm,
+                         const struct iovec *small, unsigned n_small)
 {
     vqp_sw_shm_t *pshm    = qp->peer->shm;
     vqp_sw_shm_rec_t *rec = &pshm->in[pshm->in_head & (VQP_SW_INBOUND - 1)];
@@ -345,6 +345,7 @@ static void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     rec->wqe_counter = wqe_counter;
     rec->opcode      = opcode;
     rec->syndrome    = syndrome;
+    rec->ud_hdr      = qp->ud ? qp->ud_hdr : 0;
     /* The record (and the data placed before it) before the new head. */
     __atomic_store_n(&pshm->in_head, pshm->in_head + 1, __ATOMIC_RELEASE);
 }

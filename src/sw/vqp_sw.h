@@ -104,6 +104,31 @@ ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
                               uint32_t *qpn_p);
 ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp);
 
+/*
+ * UD QP with its own RQ (no SRQ: UCS_ERR_UNSUPPORTED), destroyed with
+ * vqp_sw_qp_destroy. Only SEND and SEND_IMM run on it; each WQE is ctrl,
+ * a datagram segment (struct mlx5_wqe_datagram_seg: an AV from
+ * vqp_sw_ah_av with dqp_dct = QPN | MLX5_EXTENDED_UD_AV and the qkey), then
+ * data or inline segments, payload at most VQP_SW_UD_MAX_MSG bytes. A
+ * datagram reaches the QP with that QPN on the AV's device if it is UD, in
+ * RTR/RTS/SQE, has the same qkey and a receive posted; otherwise it is
+ * dropped (ud_dropped counter) and the sender still completes it. A receive
+ * gets VQP_SW_UD_GRH bytes of IB GRH (docs/swdev.md) and then the payload;
+ * its CQE's byte count includes the GRH.
+ */
+#define VQP_SW_UD_MAX_MSG 4096u /* the path MTU: no wire, largest IB MTU */
+#define VQP_SW_UD_GRH     40u
+ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
+                                 const vqp_sw_qp_init_attr_t *attr,
+                                 vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
+                                 uint32_t *qpn_p);
+
+/* The address vector of the software device at @a remote for UD WQEs:
+ * GRH flag set, rgid = fe80:0:7671:7073:<pid>:<instance> (32 bits each,
+ * big-endian), hop limit 64, everything else 0 (no LID, no MAC, SGID index
+ * 0); the QPN and qkey are set per WQE. */
+void vqp_sw_ah_av(const vqp_sw_dev_addr_t *remote, struct mlx5_wqe_av *av);
+
 typedef struct vqp_sw_qp_attr {
     enum ibv_qp_state qp_state;
     unsigned qp_access_flags;   /* INIT: IBV_ACCESS_REMOTE_* allowed */
@@ -115,10 +140,13 @@ typedef struct vqp_sw_qp_attr {
     uint8_t retry_cnt; /* RTS: 0..7 */
     uint8_t rnr_retry; /* RTS: 0..6, 7 = infinite */
     uint8_t max_rd_atomic;
+    uint32_t qkey; /* UD, INIT: high bit clear (controlled qkeys: no) */
 } vqp_sw_qp_attr_t;
 
 /* State transitions RESET->INIT->RTR->RTS, any->ERR, any->RESET, checked as
  * ibv_modify_qp checks them (an invalid transition is UCS_ERR_INVALID_PARAM).
+ * UD QPs take only qp_state and, in INIT, the qkey (every RC attribute must
+ * be 0), and go SQE -> RTS after a send error.
  */
 ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr);
 enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
@@ -130,7 +158,8 @@ enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
  * Environment, read at open:
  *   VQP_SW_FAULTS     seeded fault injection, e.g.
  *                     "seed=7,reorder=0.2,delay_us=50,err=<qpn>:<wqe>:<synd>,
- *                     err_prob=0.001,kill=<qpn>" (docs/swdev.md); an invalid
+ *                     err_prob=0.001,kill=<qpn>,ud_drop=0.1,ud_dup=0.1"
+ *                     (docs/swdev.md); an invalid
  *                     string fails the open.
  *   VQP_SW_NAMESPACE  letters/digits: a separate set of devices; peers must
  *                     share it (keeps concurrent test runs apart).
@@ -145,6 +174,7 @@ typedef struct vqp_sw_qp_counters {
     uint64_t retries;     /* transport retries (no response) */
     uint64_t flushed;     /* flush CQEs written (SQ and RQ) */
     uint64_t recv_msgs;   /* responder completions delivered */
+    uint64_t ud_dropped;  /* UD datagrams sent but not delivered */
 } vqp_sw_qp_counters_t;
 void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c);
 

@@ -59,6 +59,62 @@ static inline void dev_wqe_post_write(struct mlx5dv_qp *dv, uint32_t qpn,
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
+/* UD SEND of @a len bytes (at most 60: inline) to QP @a dqpn behind @a av
+ * with @a qkey at producer index @a pi: ctrl, datagram segment (the first
+ * BB), inline data (the second); asks for a CQE and rings. Returns the
+ * next producer index. */
+static inline uint16_t dev_wqe_post_ud_send(struct mlx5dv_qp *dv, uint32_t qpn,
+                                            uint16_t pi,
+                                            const struct mlx5_wqe_av *av,
+                                            uint32_t dqpn, uint32_t qkey,
+                                            const void *src, uint32_t len)
+{
+    uint8_t wqe[128];
+    struct mlx5_wqe_ctrl_seg *ctrl    = (void *)wqe;
+    struct mlx5_wqe_datagram_seg *dg  = (void *)(ctrl + 1);
+    struct mlx5_wqe_inl_data_seg *inl = (void *)(dg + 1);
+    const unsigned ds                 = 4 + (4 + len + 15) / 16;
+    unsigned bb;
+
+    memset(wqe, 0, sizeof(wqe));
+    ctrl->opmod_idx_opcode = htobe32(((uint32_t)pi << 8) | MLX5_OPCODE_SEND);
+    ctrl->qpn_ds           = htobe32((qpn << 8) | ds);
+    ctrl->fm_ce_se         = MLX5_WQE_CTRL_CQ_UPDATE;
+    memcpy(&dg->av, av, sizeof(dg->av));
+    dg->av.dqp_dct       = htobe32(dqpn | MLX5_EXTENDED_UD_AV);
+    dg->av.key.qkey.qkey = htobe32(qkey);
+    inl->byte_count      = htobe32(len | MLX5_INLINE_SEG);
+    memcpy(inl + 1, src, len);
+    for (bb = 0; bb < 2; ++bb) {
+        memcpy((char *)dv->sq.buf +
+                   ((uint16_t)(pi + bb) & (dv->sq.wqe_cnt - 1)) * 64,
+               wqe + bb * 64, 64);
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    dv->dbrec[MLX5_SND_DBR] = htobe32((uint16_t)(pi + 2));
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (dv->bf.reg != NULL) {
+        *(volatile uint64_t *)dv->bf.reg = *(uint64_t *)wqe;
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return (uint16_t)(pi + 2);
+}
+
+/* One receive of @a len bytes at RQ index @a pi (RQ of 1-SGE WQEs). */
+static inline void dev_wqe_post_recv(struct mlx5dv_qp *dv, uint16_t pi,
+                                     void *buf, uint32_t len, uint32_t lkey)
+{
+    struct mlx5_wqe_data_seg *d =
+        (void *)((char *)dv->rq.buf +
+                 (pi & (dv->rq.wqe_cnt - 1)) * dv->rq.stride);
+
+    d->byte_count = htobe32(len);
+    d->lkey       = htobe32(lkey);
+    d->addr       = htobe64((uintptr_t)buf);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    dv->dbrec[MLX5_RCV_DBR] = htobe32((uint16_t)(pi + 1));
+}
+
 /* Waits up to @a timeout seconds for the CQE at consumer index @a ci,
  * progressing @a devs meanwhile (the software device runs only then).
  * Returns the CQE opcode, or -1 on timeout. */

@@ -883,7 +883,7 @@ static void test_queues(void **state)
     expect_log("ibv_destroy_cq");
     world.fail_destroy = 0;
     assert_int_equal(vqp_dev_close(dev), UCS_ERR_BUSY);
-    expect_log("3 MRs/CQs/SRQs/QPs are still alive");
+    expect_log("3 MRs/CQs/SRQs/QPs/AHs are still alive");
     assert_int_equal(vqp_dev_srq_destroy(srq), UCS_OK);
     assert_int_equal(vqp_dev_cq_destroy(cq), UCS_OK);
     assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);

@@ -159,7 +159,7 @@ static void test_mr(void **state)
 
     /* The device cannot close under a live MR. */
     assert_int_equal(vqp_dev_close(dev), UCS_ERR_BUSY);
-    expect_log("2 MRs/CQs/SRQs/QPs are still alive");
+    expect_log("2 MRs/CQs/SRQs/QPs/AHs are still alive");
 
     assert_int_equal(vqp_dev_mr_dereg(mr[0]), UCS_OK);
     assert_int_equal(vqp_dev_mr_dereg(mr[1]), UCS_OK);
@@ -338,7 +338,7 @@ static void test_qp(void **state)
     assert_int_equal(vqp_dev_srq_destroy(srq), UCS_ERR_BUSY);
     expect_log("is still used by 1 QPs");
     assert_int_equal(vqp_dev_close(dev), UCS_ERR_BUSY);
-    expect_log("4 MRs/CQs/SRQs/QPs are still alive");
+    expect_log("4 MRs/CQs/SRQs/QPs/AHs are still alive");
 
     assert_int_equal(vqp_dev_qp_destroy(qp[1]), UCS_OK);
     assert_int_equal(vqp_dev_srq_destroy(srq), UCS_OK);
@@ -903,6 +903,232 @@ static void test_connect_two_processes(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ------------------------------------------------------------ datagrams */
+
+#define UD_QKEY 0x11223344u
+
+/* One UD endpoint: a CQ, a UD QP in RTS and a registered buffer. */
+typedef struct ud_ep {
+    vqp_dev_t *dev;
+    vqp_dev_cq_t *cq;
+    struct mlx5dv_cq dv_cq;
+    vqp_dev_qp_t *qp;
+    struct mlx5dv_qp dv;
+    vqp_dev_qp_caps_t caps;
+    vqp_dev_mr_t *mr;
+    uint32_t lkey, rkey;
+    char *buf;
+} ud_ep_t;
+
+static void ud_ep_init(ud_ep_t *ep, vqp_dev_t *dev)
+{
+    vqp_dev_ud_qp_init_t init = {};
+
+    memset(ep, 0, sizeof(*ep));
+    ep->dev = dev;
+    ep->buf = calloc(1, BUF_LEN);
+    assert_non_null(ep->buf);
+    assert_int_equal(vqp_dev_mr_reg(dev, ep->buf, BUF_LEN,
+                                    IBV_ACCESS_LOCAL_WRITE, &ep->mr, &ep->lkey,
+                                    &ep->rkey),
+                     UCS_OK);
+    assert_int_equal(vqp_dev_cq_create(dev, 64, &ep->cq, &ep->dv_cq), UCS_OK);
+    init.send_cq      = ep->cq;
+    init.recv_cq      = ep->cq;
+    init.max_send_wr  = 16;
+    init.max_send_sge = 1;
+    init.max_recv_wr  = 8;
+    init.max_recv_sge = 1;
+    init.max_inline   = 64;
+    init.qkey         = UD_QKEY;
+    assert_int_equal(
+        vqp_dev_ud_qp_create(dev, &init, &ep->qp, &ep->dv, &ep->caps), UCS_OK);
+}
+
+static void ud_ep_cleanup(ud_ep_t *ep)
+{
+    assert_int_equal(vqp_dev_qp_destroy(ep->qp), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(ep->cq), UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(ep->mr), UCS_OK);
+    free(ep->buf);
+}
+
+static void test_ud_send_recv(void **state)
+{
+    vqp_dev_t *devs[2]        = {open_sw(), open_sw()};
+    static const char msg[12] = "hello, UD!";
+    struct mlx5_cqe64 *cqe;
+    struct mlx5_wqe_av av;
+    vqp_dev_addr_t addr;
+    vqp_dev_attr_t attr;
+    vqp_dev_ah_t *ah;
+    ud_ep_t ep[2];
+
+    vqp_dev_query(devs[0], &attr);
+    assert_int_equal(attr.max_ud_msg, 4096);
+    ud_ep_init(&ep[0], devs[0]);
+    ud_ep_init(&ep[1], devs[1]);
+    assert_int_equal(vqp_dev_qp_state(ep[0].qp), IBV_QPS_RTS);
+    assert_true(ep[0].caps.qpn <= 0xffffff);
+    assert_int_not_equal(ep[0].caps.qpn, 0);
+    assert_true(ep[0].caps.max_send_wr >= 16);
+    assert_true(ep[0].caps.max_recv_wr >= 8);
+    assert_int_equal(ep[0].caps.max_inline, 64);
+    assert_int_equal(ep[0].dv.sq.stride, 64);
+    assert_non_null(ep[0].dv.rq.buf);
+
+    vqp_dev_address(devs[1], &addr);
+    assert_int_equal(vqp_dev_ah_create(devs[0], &addr, &ah, &av), UCS_OK);
+    /* The software AV: GRH with the device's GID, QPN/qkey left to the
+     * WQE. */
+    assert_true(be32toh(av.grh_gid_fl) & (1u << 30));
+    assert_int_equal(av.dqp_dct, 0);
+    assert_int_equal(av.key.qkey.qkey, 0);
+
+    /* B posts a receive; A sends; B sees GRH room + payload. */
+    dev_wqe_post_recv(&ep[1].dv, 0, ep[1].buf, 256, ep[1].lkey);
+    dev_wqe_post_ud_send(&ep[0].dv, ep[0].caps.qpn, 0, &av, ep[1].caps.qpn,
+                         UD_QKEY, msg, sizeof(msg));
+    assert_int_equal(dev_wqe_poll(devs, 2, &ep[0].dv_cq, 0, TIMEOUT, &cqe),
+                     MLX5_CQE_REQ);
+    assert_int_equal(dev_wqe_poll(devs, 2, &ep[1].dv_cq, 0, TIMEOUT, &cqe),
+                     MLX5_CQE_RESP_SEND);
+    assert_int_equal(be32toh(cqe->byte_cnt), VQP_DEV_UD_GRH_LEN + sizeof(msg));
+    assert_int_equal(be32toh(cqe->flags_rqpn) & 0xffffff, ep[0].caps.qpn);
+    assert_memory_equal(ep[1].buf + VQP_DEV_UD_GRH_LEN, msg, sizeof(msg));
+
+    /* A wrong qkey is dropped: the sender completes, nothing arrives. */
+    dev_wqe_post_recv(&ep[1].dv, 1, ep[1].buf + 256, 256, ep[1].lkey);
+    dev_wqe_post_ud_send(&ep[0].dv, ep[0].caps.qpn, 2, &av, ep[1].caps.qpn,
+                         UD_QKEY + 1, msg, sizeof(msg));
+    assert_int_equal(dev_wqe_poll(devs, 2, &ep[0].dv_cq, 1, TIMEOUT, &cqe),
+                     MLX5_CQE_REQ);
+    assert_int_equal(dev_wqe_poll(devs, 2, &ep[1].dv_cq, 1, 0.05, &cqe), -1);
+
+    /* The device stays busy while the AH lives. */
+    ud_ep_cleanup(&ep[0]);
+    ud_ep_cleanup(&ep[1]);
+    assert_int_equal(vqp_dev_close(devs[0]), UCS_ERR_BUSY);
+    expect_log("1 MRs/CQs/SRQs/QPs/AHs are still alive");
+    assert_int_equal(vqp_dev_ah_destroy(ah), UCS_OK);
+    assert_int_equal(vqp_dev_ah_destroy(NULL), UCS_OK);
+    assert_int_equal(vqp_dev_close(devs[0]), UCS_OK);
+    assert_int_equal(vqp_dev_close(devs[1]), UCS_OK);
+}
+
+static void test_ud_errors(void **state)
+{
+    vqp_dev_t *dev = open_sw(), *other = open_sw();
+    vqp_dev_ud_qp_init_t init = {}, bad;
+    vqp_dev_qp_addr_t remote;
+    struct mlx5dv_cq dv_cq;
+    struct mlx5dv_qp dv;
+    vqp_dev_qp_caps_t caps;
+    struct mlx5_wqe_av av;
+    vqp_dev_cq_t *cq, *other_cq;
+    vqp_dev_addr_t addr;
+    vqp_dev_ah_t *ah;
+    vqp_dev_qp_t *qp;
+    unsigned logs0 = test_log_count;
+    int child;
+
+    assert_int_equal(vqp_dev_cq_create(dev, 16, &cq, &dv_cq), UCS_OK);
+    assert_int_equal(vqp_dev_cq_create(other, 16, &other_cq, &dv_cq), UCS_OK);
+    init.send_cq      = cq;
+    init.recv_cq      = cq;
+    init.max_send_wr  = 8;
+    init.max_send_sge = 1;
+    init.max_recv_wr  = 8;
+    init.max_recv_sge = 1;
+    init.qkey         = 7;
+
+    assert_int_equal(vqp_dev_ud_qp_create(NULL, &init, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    assert_int_equal(vqp_dev_ud_qp_create(dev, NULL, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &init, &qp, &dv, NULL),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    bad      = init;
+    bad.qkey = 0x80000000u;
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &bad, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("high bit");
+    bad             = init;
+    bad.max_send_wr = 0;
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &bad, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("send WQEs requested");
+    bad              = init;
+    bad.max_recv_sge = 0;
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &bad, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("receive queue");
+    bad         = init;
+    bad.recv_cq = other_cq;
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &bad, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("another device");
+    bad         = init;
+    bad.send_cq = NULL;
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &bad, &qp, &dv, &caps),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("send CQ");
+
+    /* A UD QP is never connected. */
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &init, &qp, &dv, &caps), UCS_OK);
+    vqp_dev_address(other, &remote.dev);
+    remote.qpn = 0x400;
+    assert_int_equal(vqp_dev_qp_connect(qp, &remote, NULL),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("UD QP");
+    assert_int_equal(vqp_dev_cq_destroy(cq), UCS_ERR_BUSY);
+    expect_log("still used");
+
+    /* Address handles. */
+    vqp_dev_address(other, &addr);
+    assert_int_equal(vqp_dev_ah_create(NULL, &addr, &ah, &av),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    assert_int_equal(vqp_dev_ah_create(dev, NULL, &ah, &av),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    assert_int_equal(vqp_dev_ah_create(dev, &addr, NULL, &av),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    assert_int_equal(vqp_dev_ah_create(dev, &addr, &ah, NULL),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log("NULL");
+    /* Another kind of device. */
+    memset(&addr, 0, sizeof(addr));
+    addr.type   = VQP_DEV_ADDR_IB;
+    addr.ib.lid = 5;
+    assert_int_equal(vqp_dev_ah_create(dev, &addr, &ah, &av),
+                     UCS_ERR_UNREACHABLE);
+    expect_log("unreachable");
+    /* A process that is gone. */
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        _exit(0);
+    }
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    vqp_dev_address(other, &addr);
+    addr.sw.pid = (uint32_t)child;
+    assert_int_equal(vqp_dev_ah_create(dev, &addr, &ah, &av),
+                     UCS_ERR_UNREACHABLE);
+    expect_log("unreachable");
+    assert_int_equal(test_log_count - logs0, 16);
+
+    assert_int_equal(vqp_dev_qp_destroy(qp), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(cq), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(other_cq), UCS_OK);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+    assert_int_equal(vqp_dev_close(other), UCS_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +1144,8 @@ int main(void)
         cmocka_unit_test(test_set_error_flushes),
         cmocka_unit_test(test_connect_errors),
         cmocka_unit_test(test_connect_two_processes),
+        cmocka_unit_test(test_ud_send_recv),
+        cmocka_unit_test(test_ud_errors),
     };
     return cmocka_run_group_tests(tests, test_log_setup, test_log_teardown);
 }

@@ -36,4 +36,11 @@ test_mlx5_test_mlx5_sw_SOURCES = test/mlx5/test_mlx5_sw.c
 test_mlx5_test_mlx5_sw_CFLAGS  = $(mlx5_test_cflags)
 test_mlx5_test_mlx5_sw_LDADD   = src/sw/libvqp_sw.la $(mlx5_test_ldadd)
 TESTS += test/mlx5/test_mlx5_sw
+
+# UD sends: WQE layout (no device) and end to end on the software device.
+check_PROGRAMS += test/mlx5/test_mlx5_ud
+test_mlx5_test_mlx5_ud_SOURCES = test/mlx5/test_mlx5_ud.c
+test_mlx5_test_mlx5_ud_CFLAGS  = $(mlx5_test_cflags)
+test_mlx5_test_mlx5_ud_LDADD   = src/sw/libvqp_sw.la $(mlx5_test_ldadd)
+TESTS += test/mlx5/test_mlx5_ud
 endif

@@ -38,6 +38,11 @@ test_sw_test_sw_small_SOURCES = test/sw/test_sw_small.c
 test_sw_test_sw_small_CFLAGS  = $(sw_test_cflags)
 test_sw_test_sw_small_LDADD   = $(sw_test_ldadd)
 
+check_PROGRAMS += test/sw/test_sw_ud
+test_sw_test_sw_ud_SOURCES = test/sw/test_sw_ud.c
+test_sw_test_sw_ud_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_ud_LDADD   = $(sw_test_ldadd)
+
 # Benchmark (built by 'make check', run by hand: test/sw/bench_sw).
 check_PROGRAMS += test/sw/bench_sw
 test_sw_bench_sw_SOURCES = test/sw/bench_sw.c
@@ -45,5 +50,6 @@ test_sw_bench_sw_CFLAGS  = $(sw_test_cflags) -Wno-unused-result
 test_sw_bench_sw_LDADD   = $(sw_test_ldadd)
 
 TESTS += test/sw/test_sw_ops test/sw/test_sw_err test/sw/test_sw_proc \
-	test/sw/test_sw_fault test/sw/test_sw_limits test/sw/test_sw_small
+	test/sw/test_sw_fault test/sw/test_sw_limits test/sw/test_sw_small \
+	test/sw/test_sw_ud
 endif
