@@ -1,0 +1,14 @@
+# Stock ucx_perftest UCP tests over rc_vqp (make check-ucp, check-ucp-full).
+# Not in TESTS yet: UCP needs CONNECT_TO_IFACE from rc_vqp to create
+# endpoints from worker addresses. UCP_TLS=posix,self runs the same harness
+# over UCX's own shared memory.
+dist_check_SCRIPTS += test/ucp/test_ucp_perftest.sh
+EXTRA_DIST += contrib/ucp-pair.sh
+
+check-ucp: all
+	$(AM_TESTS_ENVIRONMENT) $(top_srcdir)/test/ucp/test_ucp_perftest.sh
+
+check-ucp-full: all
+	$(AM_TESTS_ENVIRONMENT) $(top_srcdir)/test/ucp/test_ucp_perftest.sh --full
+
+.PHONY: check-ucp check-ucp-full
