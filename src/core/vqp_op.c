@@ -667,7 +667,11 @@ static int vqp_report(vqp_t *vqp)
  * dispatch again. */
 void vqp_advance(vqp_t *vqp)
 {
-    vqp_dispatch(vqp);
+    /* Nothing to dispatch in the common case: skip the call. */
+    if ((vqp->replay_head != vqp->replay_tail) ||
+        (vqp->op_disp != vqp->op_tail) || (vqp->notify_qp != NULL)) {
+        vqp_dispatch(vqp);
+    }
     while (vqp_report(vqp) && (vqp->op_disp != vqp->op_tail)) {
         vqp_dispatch(vqp);
     }
