@@ -529,8 +529,9 @@ ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
         return vqp_sw_ud_modify(qp, cur, attr);
     }
     if (attr->qkey != 0) {
-        ucs_error("vqp_sw %s: QP 0x%x: a qkey (0x%x) is for UD QPs only",
-                  dev->name, qp->qpn, attr->qkey);
+        ucs_error("vqp_sw %s: QP 0x%x: %s", dev->name, qp->qpn,
+                  qp->ud ? "the qkey is set in INIT only"
+                         : "a qkey is for UD QPs only");
         return UCS_ERR_INVALID_PARAM;
     }
     switch (next) {

@@ -16,8 +16,8 @@
 #include <signal.h>
 #include <string.h>
 
-/* The target QP if it is alive and connected back to @a qp, else NULL (a
- * real responder would drop the packets: the requester times out). */
+/* The target QP if it is alive, RC and connected back to @a qp, else NULL
+ * (a real responder would drop the packets: the requester times out). */
 vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp)
 {
     vqp_sw_shm_qp_t *tqp;
@@ -29,7 +29,7 @@ vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp)
     }
     tqp   = &qp->peer->shm->qp[dest_qpn & (VQP_SW_MAX_QP - 1)];
     state = __atomic_load_n(&tqp->state, __ATOMIC_ACQUIRE);
-    if ((tqp->qpn != dest_qpn) ||
+    if ((tqp->qpn != dest_qpn) || (tqp->type != VQP_SW_QPT_RC) ||
         ((state != IBV_QPS_RTR) && (state != IBV_QPS_RTS)) ||
         (tqp->dest_pid != qp->dev->pid) ||
         (tqp->dest_instance != qp->dev->instance) ||

@@ -1,7 +1,8 @@
 /*
  * vqp_sw_stat: lists the software device instances of this user found in
  * /dev/shm (owner pid, instance, alive or stale), their QPs with state,
- * peer and counters; --clean removes the segments of dead owners.
+ * peer (UD: qkey) and counters; --clean removes the segments of dead
+ * owners.
  */
 #include <config.h>
 
@@ -41,6 +42,15 @@ static void vqp_sw_stat_show(const char *path, const vqp_sw_shm_t *shm,
     for (i = 0; i < VQP_SW_MAX_QP; ++i) {
         qp = &shm->qp[i];
         if (qp->qpn == 0) {
+            continue;
+        }
+        if (qp->type == VQP_SW_QPT_UD) {
+            printf("  qp 0x%06x %-5s ud qkey 0x%08x rq wqes %lu bytes %lu "
+                   "errors %lu flushed %lu recv %lu ud_dropped %lu\n",
+                   qp->qpn, vqp_sw_state_str((enum ibv_qp_state)qp->state),
+                   qp->qkey, (unsigned long)qp->wqes, (unsigned long)qp->bytes,
+                   (unsigned long)qp->errors, (unsigned long)qp->flushed,
+                   (unsigned long)qp->recv_msgs, (unsigned long)qp->ud_dropped);
             continue;
         }
         printf("  qp 0x%06x %-5s peer %u:%u:0x%06x %s wqes %lu bytes %lu "

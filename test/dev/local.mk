@@ -38,7 +38,8 @@ dev_hw_mock_wrap = \
 	-Wl,--wrap=ibv_create_cq,--wrap=ibv_destroy_cq,--wrap=mlx5dv_create_cq \
 	-Wl,--wrap=mlx5dv_init_obj,--wrap=ibv_create_srq,--wrap=ibv_destroy_srq \
 	-Wl,--wrap=ibv_create_qp,--wrap=ibv_destroy_qp,--wrap=ibv_modify_qp \
-	-Wl,--wrap=mlx5dv_modify_qp_udp_sport
+	-Wl,--wrap=mlx5dv_modify_qp_udp_sport \
+	-Wl,--wrap=ibv_create_ah,--wrap=ibv_destroy_ah
 check_PROGRAMS += test/dev/test_dev_hw_mock
 test_dev_test_dev_hw_mock_SOURCES = test/dev/test_dev_hw_mock.c
 test_dev_test_dev_hw_mock_CFLAGS  = $(dev_test_cflags)

@@ -64,11 +64,14 @@ static struct {
     int fail_query_device, fail_alloc_pd, fail_dealloc_pd;
     int fail_reg_mr, fail_create_cq, fail_create_srq;
     int fail_create_qp, fail_init_obj, fail_destroy;
+    int fail_create_ah, fail_init_obj_ah, fail_destroy_ah;
     enum ibv_qp_state fail_modify_to; /* 0: none (RESET is never failed) */
     int fail_modify_errno;
     int sport_ret;
     /* what the code under test did */
-    unsigned open_ctx, pds, mrs, cqs, srqs, qps;
+    unsigned open_ctx, pds, mrs, cqs, srqs, qps, ahs;
+    enum ibv_qp_type last_qp_type;
+    struct ibv_ah_attr ah_attr; /* of the last ibv_create_ah */
     int cqe_size_asked, srqn_asked;
     unsigned num_modify;
     fake_modify_t modify[FAKE_MAX_MOD];
@@ -183,6 +186,7 @@ static int world_teardown(void **state)
     assert_int_equal(world.cqs, 0);
     assert_int_equal(world.srqs, 0);
     assert_int_equal(world.qps, 0);
+    assert_int_equal(world.ahs, 0);
     return test_log_teardown(state);
 }
 
@@ -227,6 +231,9 @@ struct ibv_qp *__wrap_ibv_create_qp(struct ibv_pd *pd,
 int __wrap_ibv_destroy_qp(struct ibv_qp *qp);
 int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int __wrap_mlx5dv_modify_qp_udp_sport(struct ibv_qp *qp, uint16_t sport);
+struct ibv_ah *__wrap_ibv_create_ah(struct ibv_pd *pd,
+                                    struct ibv_ah_attr *attr);
+int __wrap_ibv_destroy_ah(struct ibv_ah *ah);
 
 struct ibv_device **__wrap_ibv_get_device_list(int *num)
 {
@@ -475,6 +482,14 @@ struct ibv_cq_ex *__wrap_mlx5dv_create_cq(struct ibv_context *ctx,
     return cq;
 }
 
+/* The AV an mlx5 AH holds: a pattern the copy must keep. */
+static struct mlx5_wqe_av fake_av = {
+    .stat_rate_sl = 0x03,
+    .rlid         = 0x4200,
+    .grh_gid_fl   = 0x40,
+    .rgid         = {0xfe, 0x80, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14},
+};
+
 int __wrap_mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
 {
     static uint64_t ring[64];
@@ -502,6 +517,11 @@ int __wrap_mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
         obj->qp.out->sq.wqe_cnt = 8;
         obj->qp.out->sq.stride  = 64;
         obj->qp.out->dbrec      = dbrec;
+    } else if (type == MLX5DV_OBJ_AH) {
+        if (world.fail_init_obj_ah) {
+            return world.fail_init_obj_ah;
+        }
+        obj->ah.out->av = &fake_av;
     } else {
         fail_msg("unexpected mlx5dv_init_obj type 0x%lx", (unsigned long)type);
     }
@@ -542,8 +562,9 @@ struct ibv_qp *__wrap_ibv_create_qp(struct ibv_pd *pd,
         errno = world.fail_create_qp; /* the inline probe still works */
         return NULL;
     }
-    assert_int_equal(attr->qp_type, IBV_QPT_RC);
+    assert_true((attr->qp_type == IBV_QPT_RC) || (attr->qp_type == IBV_QPT_UD));
     assert_int_equal(attr->sq_sig_all, 0);
+    world.last_qp_type = attr->qp_type;
     /* Devices round up: grant a power of two and room for 2 more WRs. */
     attr->cap.max_send_wr += 2;
     qp         = calloc(1, sizeof(*qp));
@@ -584,6 +605,27 @@ int __wrap_mlx5dv_modify_qp_udp_sport(struct ibv_qp *qp, uint16_t sport)
     assert_int_equal(world.modify[world.num_modify - 1].attr.qp_state,
                      IBV_QPS_RTS);
     return world.sport_ret;
+}
+
+struct ibv_ah *__wrap_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+    world.ah_attr = *attr;
+    if (world.fail_create_ah) {
+        errno = world.fail_create_ah;
+        return NULL;
+    }
+    ++world.ahs;
+    return calloc(1, sizeof(struct ibv_ah));
+}
+
+int __wrap_ibv_destroy_ah(struct ibv_ah *ah)
+{
+    if (world.fail_destroy_ah) {
+        return world.fail_destroy_ah;
+    }
+    free(ah);
+    --world.ahs;
+    return 0;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -1146,6 +1188,203 @@ static void test_modify_failure(void **state)
     hw_ep_close(&ep);
 }
 
+/* ------------------------------------------------------------ datagrams */
+
+static void ud_qp_open(vqp_dev_t *dev, vqp_dev_cq_t **cq, vqp_dev_qp_t **qp,
+                       ucs_status_t expect)
+{
+    vqp_dev_ud_qp_init_t init = {};
+    struct mlx5dv_cq dv_cq;
+    struct mlx5dv_qp dv;
+    vqp_dev_qp_caps_t caps;
+
+    if (*cq == NULL) {
+        assert_int_equal(vqp_dev_cq_create(dev, 64, cq, &dv_cq), UCS_OK);
+    }
+    init.send_cq      = *cq;
+    init.recv_cq      = *cq;
+    init.max_send_wr  = 32;
+    init.max_send_sge = 1;
+    init.max_recv_wr  = 32;
+    init.max_recv_sge = 1;
+    init.max_inline   = 64;
+    init.qkey         = 0x1ee7;
+    assert_int_equal(vqp_dev_ud_qp_create(dev, &init, qp, &dv, &caps), expect);
+    if (expect == UCS_OK) {
+        assert_int_equal(caps.max_send_wr, 34); /* what the device granted */
+        assert_int_equal(caps.max_inline, 64);
+        assert_int_equal(dv.sq.stride, 64);
+    }
+}
+
+static void test_ud_ib(void **state)
+{
+    vqp_dev_cq_t *cq = NULL;
+    struct mlx5_wqe_av av;
+    vqp_dev_addr_t remote;
+    vqp_dev_attr_t attr;
+    vqp_dev_ah_t *ah;
+    vqp_dev_qp_t *qp;
+    vqp_dev_t *dev;
+
+    assert_int_equal(vqp_dev_open("mlx5_0:1", NULL, &dev), UCS_OK);
+    vqp_dev_query(dev, &attr);
+    assert_int_equal(attr.max_ud_msg, 4096); /* the port's active MTU */
+    world.num_modify = 0;
+    ud_qp_open(dev, &cq, &qp, UCS_OK);
+    assert_int_equal(world.last_qp_type, IBV_QPT_UD);
+    assert_int_equal(vqp_dev_qp_state(qp), IBV_QPS_RTS);
+    /* INIT with P_Key index 0, the port and the qkey; RTR; RTS with PSN. */
+    assert_int_equal(world.num_modify, 3);
+    assert_int_equal(world.modify[0].attr.qp_state, IBV_QPS_INIT);
+    assert_int_equal(world.modify[0].mask, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                                               IBV_QP_PORT | IBV_QP_QKEY);
+    assert_int_equal(world.modify[0].attr.pkey_index, 0);
+    assert_int_equal(world.modify[0].attr.port_num, 1);
+    assert_int_equal(world.modify[0].attr.qkey, 0x1ee7);
+    assert_int_equal(world.modify[1].attr.qp_state, IBV_QPS_RTR);
+    assert_int_equal(world.modify[1].mask, IBV_QP_STATE);
+    assert_int_equal(world.modify[2].attr.qp_state, IBV_QPS_RTS);
+    assert_int_equal(world.modify[2].mask, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    assert_int_equal(world.modify[2].attr.sq_psn, 0);
+
+    /* Same subnet, no GID: LID only. */
+    memset(&remote, 0, sizeof(remote));
+    remote.type   = VQP_DEV_ADDR_IB;
+    remote.ib.lid = 0x42;
+    assert_int_equal(vqp_dev_ah_create(dev, &remote, &ah, &av), UCS_OK);
+    assert_int_equal(world.ah_attr.dlid, 0x42);
+    assert_int_equal(world.ah_attr.port_num, 1);
+    assert_int_equal(world.ah_attr.is_global, 0);
+    assert_memory_equal(&av, &fake_av, sizeof(av));
+    assert_int_equal(vqp_dev_close(dev), UCS_ERR_BUSY);
+    expect_log("3 MRs/CQs/SRQs/QPs/AHs are still alive");
+    world.fail_destroy_ah = EBUSY;
+    assert_int_equal(vqp_dev_ah_destroy(ah), UCS_ERR_BUSY);
+    expect_log("ibv_destroy_ah failed");
+    world.fail_destroy_ah = 0;
+    assert_int_equal(vqp_dev_ah_destroy(ah), UCS_OK);
+
+    /* With the peer's GID (same subnet too): a GRH, our GID index 0. */
+    remote.ib.has_gid                  = 1;
+    remote.ib.gid.global.subnet_prefix = htobe64(0xfe80000000000000ull);
+    remote.ib.gid.global.interface_id  = htobe64(0x99);
+    assert_int_equal(vqp_dev_ah_create(dev, &remote, &ah, &av), UCS_OK);
+    assert_int_equal(world.ah_attr.dlid, 0x42);
+    assert_int_equal(world.ah_attr.is_global, 1);
+    assert_memory_equal(&world.ah_attr.grh.dgid, &remote.ib.gid, 16);
+    assert_int_equal(world.ah_attr.grh.sgid_index, 0);
+    assert_int_equal(world.ah_attr.grh.hop_limit, 64);
+    assert_int_equal(vqp_dev_ah_destroy(ah), UCS_OK);
+
+    /* A UD QP is not connected. */
+    {
+        vqp_dev_qp_addr_t qa = {.dev = remote, .qpn = 0x55};
+
+        assert_int_equal(vqp_dev_qp_connect(qp, &qa, NULL),
+                         UCS_ERR_INVALID_PARAM);
+        expect_log("UD QP");
+    }
+    assert_int_equal(vqp_dev_qp_destroy(qp), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(cq), UCS_OK);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+}
+
+static void test_ud_roce(void **state)
+{
+    vqp_dev_cq_t *cq = NULL;
+    struct mlx5_wqe_av av;
+    vqp_dev_addr_t remote;
+    vqp_dev_attr_t attr;
+    vqp_dev_ah_t *ah;
+    vqp_dev_qp_t *qp;
+    vqp_dev_t *dev;
+
+    assert_int_equal(vqp_dev_open("mlx5_1:1", NULL, &dev), UCS_OK);
+    vqp_dev_query(dev, &attr);
+    assert_int_equal(attr.max_ud_msg, 1024);
+    ud_qp_open(dev, &cq, &qp, UCS_OK);
+    memset(&remote, 0, sizeof(remote));
+    remote.type             = VQP_DEV_ADDR_ROCE;
+    remote.roce.gid.raw[10] = 0xff;
+    remote.roce.gid.raw[11] = 0xff;
+    remote.roce.gid.raw[12] = 10;
+    remote.roce.gid.raw[15] = 9;
+    assert_int_equal(vqp_dev_ah_create(dev, &remote, &ah, &av), UCS_OK);
+    assert_int_equal(world.ah_attr.is_global, 1);
+    assert_memory_equal(&world.ah_attr.grh.dgid, &remote.roce.gid, 16);
+    assert_int_equal(world.ah_attr.grh.sgid_index, attr.gid_index);
+    assert_int_equal(world.ah_attr.port_num, 1);
+    assert_memory_equal(&av, &fake_av, sizeof(av));
+    assert_int_equal(vqp_dev_ah_destroy(ah), UCS_OK);
+    /* An IPv6 peer from an IPv4 GID: unreachable, no verbs call. */
+    memset(&remote.roce.gid, 0, 16);
+    remote.roce.gid.raw[0]  = 0xfe;
+    remote.roce.gid.raw[1]  = 0x80;
+    remote.roce.gid.raw[15] = 1;
+    world.ah_attr.port_num  = 0;
+    assert_int_equal(vqp_dev_ah_create(dev, &remote, &ah, &av),
+                     UCS_ERR_UNREACHABLE);
+    expect_log("unreachable");
+    assert_int_equal(world.ah_attr.port_num, 0);
+    assert_int_equal(vqp_dev_qp_destroy(qp), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(cq), UCS_OK);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+}
+
+static void test_ud_failures(void **state)
+{
+    vqp_dev_cq_t *cq = NULL;
+    struct mlx5_wqe_av av;
+    vqp_dev_addr_t remote;
+    vqp_dev_ah_t *ah;
+    vqp_dev_qp_t *qp;
+    vqp_dev_t *dev;
+    static const struct {
+        enum ibv_qp_state to;
+        const char *text;
+    } steps[] = {{IBV_QPS_INIT, "ibv_modify_qp(UD RESET -> INIT) failed"},
+                 {IBV_QPS_RTR, "ibv_modify_qp(UD INIT -> RTR) failed"},
+                 {IBV_QPS_RTS, "ibv_modify_qp(UD RTR -> RTS) failed"}};
+    unsigned i;
+
+    assert_int_equal(vqp_dev_open("mlx5_0:1", NULL, &dev), UCS_OK);
+    world.fail_create_qp = ENOMEM;
+    ud_qp_open(dev, &cq, &qp, UCS_ERR_NO_MEMORY);
+    expect_log("ibv_create_qp(UD, sq 32, rq 32, inline 64) failed");
+    world.fail_create_qp = 0;
+    world.fail_init_obj  = EIO;
+    ud_qp_open(dev, &cq, &qp, UCS_ERR_IO_ERROR);
+    expect_log("mlx5dv_init_obj(QP) failed");
+    world.fail_init_obj = 0;
+    assert_int_equal(world.qps, 0);
+    for (i = 0; i < 3; ++i) {
+        world.fail_modify_to    = steps[i].to;
+        world.fail_modify_errno = EINVAL;
+        ud_qp_open(dev, &cq, &qp, UCS_ERR_INVALID_PARAM);
+        expect_log(steps[i].text);
+        assert_int_equal(world.qps, 0); /* destroyed again */
+    }
+    world.fail_modify_to = 0;
+
+    memset(&remote, 0, sizeof(remote));
+    remote.type          = VQP_DEV_ADDR_IB;
+    remote.ib.lid        = 0x42;
+    world.fail_create_ah = ENOMEM;
+    assert_int_equal(vqp_dev_ah_create(dev, &remote, &ah, &av),
+                     UCS_ERR_NO_MEMORY);
+    expect_log("ibv_create_ah(IB, dlid 66, grh 0) failed");
+    world.fail_create_ah   = 0;
+    world.fail_init_obj_ah = EOPNOTSUPP;
+    assert_int_equal(vqp_dev_ah_create(dev, &remote, &ah, &av),
+                     UCS_ERR_UNSUPPORTED);
+    expect_log("mlx5dv_init_obj(AH) failed");
+    world.fail_init_obj_ah = 0;
+    assert_int_equal(world.ahs, 0);
+    assert_int_equal(vqp_dev_cq_destroy(cq), UCS_OK);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1166,6 +1405,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_connect_ib, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_connect_roce, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_ud_ib, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_ud_roce, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_ud_failures, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_modify_failure, world_setup,
                                         world_teardown),

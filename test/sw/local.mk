@@ -41,6 +41,8 @@ test_sw_test_sw_small_LDADD   = $(sw_test_ldadd)
 check_PROGRAMS += test/sw/test_sw_ud
 test_sw_test_sw_ud_SOURCES = test/sw/test_sw_ud.c
 test_sw_test_sw_ud_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_ud_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DVQP_SW_STAT='"$(abs_top_builddir)/src/sw/vqp_sw_stat"'
 test_sw_test_sw_ud_LDADD   = $(sw_test_ldadd)
 
 # Benchmark (built by 'make check', run by hand: test/sw/bench_sw).

@@ -669,6 +669,27 @@ static void test_drops(void **state)
     assert_int_equal(ud_dropped(&u->s[0]), dropped);
     assert_string_equal(sw_test_log_buf, "");
 
+    /* vqp_sw_stat shows the UD QP, its qkey and the drops. */
+    {
+        char cmd[256], out[65536], needle[160];
+        size_t n;
+        FILE *f;
+
+        snprintf(cmd, sizeof(cmd), "%s", VQP_SW_STAT);
+        f = popen(cmd, "r");
+        assert_non_null(f);
+        n      = fread(out, 1, sizeof(out) - 1, f);
+        out[n] = '\0';
+        assert_int_equal(pclose(f), 0);
+        snprintf(needle, sizeof(needle),
+                 "qp 0x%06x RTS   ud qkey 0x%08x rq wqes %lu", u->s[0].qp.qpn,
+                 QKEY, (unsigned long)dropped + 3);
+        assert_non_null(strstr(out, needle));
+        snprintf(needle, sizeof(needle), "ud_dropped %lu\n",
+                 (unsigned long)dropped);
+        assert_non_null(strstr(out, needle));
+    }
+
     assert_int_equal(vqp_sw_qp_destroy(q.qp), UCS_OK);
     assert_int_equal(vqp_sw_qp_destroy(rc.qp), UCS_OK);
     assert_int_equal(vqp_sw_cq_destroy(cq.cq), UCS_OK);
@@ -854,6 +875,9 @@ static void test_modify_rules(void **state)
     assert_true(sw_test_log_has("RC attributes"));
     assert_int_equal(ud_qp_modify(&q, IBV_QPS_RTS, 0), UCS_OK);
     assert_int_equal(vqp_sw_qp_state(q.qp), IBV_QPS_RTS);
+    assert_int_equal(ud_qp_modify(&q, IBV_QPS_ERR, 5), UCS_ERR_INVALID_PARAM);
+    assert_true(sw_test_log_has("set in INIT only"));
+    assert_int_equal(vqp_sw_qp_state(q.qp), IBV_QPS_RTS);
     /* SQE -> RTS is for UD; RTR -> SQE is no transition at all. */
     assert_int_equal(ud_qp_modify(&q, IBV_QPS_SQE, 0), UCS_ERR_INVALID_PARAM);
     assert_true(sw_test_log_has("invalid transition"));
@@ -967,6 +991,13 @@ int main(void)
                                         pair_teardown),
     };
 
+    char ns[32];
+
+    /* Our own namespace: vqp_sw_stat lists only our devices, and devices
+     * other tests open meanwhile do not clean the segment a killed child
+     * leaves. */
+    snprintf(ns, sizeof(ns), "swud%u", (unsigned)getpid());
+    setenv("VQP_SW_NAMESPACE", ns, 1);
     ucs_log_push_handler(sw_test_log_handler);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
