@@ -182,6 +182,47 @@ static void test_inline(void **state)
     expect_no_log();
 }
 
+/* With the largest max_inline the data path allows, the UD limit binds:
+ * 940 bytes fill the 63 units of a WQE inline, 941 go by pointer. */
+static void test_inline_limit(void **state)
+{
+    ud_fixture_t *f    = *state;
+    fake_qp_t *qp      = fake_qp_new(64, 0, 0);
+    vqp_mlx5_sge_t sge = {(uintptr_t)payload, VQP_MLX5_UD_MAX_INLINE, 9};
+    struct mlx5_wqe_inl_data_seg *iseg;
+    vqp_mlx5_txwq_t wq;
+    int idx;
+
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, FAKE_QPN,
+                                        VQP_MLX5_MAX_INLINE, 1,
+                                        VQP_MLX5_DB_RECORD),
+                     UCS_OK);
+    idx = vqp_mlx5_post_ud_send(&wq, &f->av, DQPN, QKEY, &sge, 1,
+                                VQP_MLX5_INLINE);
+    assert_int_equal(idx, 0);
+    assert_int_equal(
+        be32toh(((struct mlx5_wqe_ctrl_seg *)qp->dv.sq.buf)->qpn_ds) & 0x3f,
+        VQP_MLX5_MAX_DS);
+    iseg = (void *)((char *)qp->dv.sq.buf + 64);
+    assert_int_equal(be32toh(iseg->byte_count),
+                     VQP_MLX5_UD_MAX_INLINE | MLX5_INLINE_SEG);
+    assert_memory_equal(iseg + 1, payload, VQP_MLX5_UD_MAX_INLINE);
+    assert_int_equal(wq.pi, 16);
+    ++sge.length;
+    idx = vqp_mlx5_post_ud_send(&wq, &f->av, DQPN, QKEY, &sge, 1,
+                                VQP_MLX5_INLINE);
+    assert_int_equal(idx, 16);
+    assert_int_equal(
+        be32toh(((struct mlx5_wqe_ctrl_seg *)((char *)qp->dv.sq.buf + 16 * 64))
+                    ->qpn_ds) &
+            0x3f,
+        5);
+    iseg = (void *)((char *)qp->dv.sq.buf + 17 * 64);
+    assert_int_equal(be32toh(iseg->byte_count), VQP_MLX5_UD_MAX_INLINE + 1);
+    fake_qp_free(qp);
+    expect_no_log();
+}
+
 /* A WQE at the last BB: the datagram segment stays in its BB, the data
  * segment wraps to the ring start. */
 static void test_wrap(void **state)
@@ -445,6 +486,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_gather, ud_setup, ud_teardown),
         cmocka_unit_test_setup_teardown(test_inline, ud_setup, ud_teardown),
+        cmocka_unit_test_setup_teardown(test_inline_limit, ud_setup,
+                                        ud_teardown),
         cmocka_unit_test_setup_teardown(test_wrap, ud_setup, ud_teardown),
         cmocka_unit_test_setup_teardown(test_ring_full, ud_setup, ud_teardown),
         cmocka_unit_test_setup_teardown(test_refused, ud_setup, ud_teardown),
