@@ -414,6 +414,43 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped_any(vqp_t *vqp, vqp_op_t *op,
     }
 }
 
+/* Operations complete in posting order, and the send QP carries only
+ * unstriped operations: when its newest WQE is unsignaled, no CQE will cover
+ * it until another unstriped operation comes, and a striped operation posted
+ * after it (on the data QPs) could never be reported. A signaled NOP that
+ * belongs to no operation covers it. Returns 0 when the QP has no room for
+ * the NOP yet (a signaled WQE is in flight then: the ring signals at least
+ * every half of it). */
+static UCS_F_ALWAYS_INLINE int vqp_send_qp_covered(const vqp_t *vqp)
+{
+    const vqp_pqp_t *pqp = vqp->send_qp;
+
+    /* Nothing in flight, or the newest WQE has a CQE coming. */
+    return !pqp->alive || (pqp->frag_head == pqp->frag_tail) ||
+           (pqp->tx.sig_left == pqp->tx.sig_every);
+}
+
+static int vqp_cover_send_qp(vqp_t *vqp)
+{
+    vqp_pqp_t *pqp = vqp->send_qp;
+    vqp_frag_t *frag;
+    int ret;
+
+    if (!vqp_pqp_has_room(pqp)) {
+        return 0;
+    }
+    ret = vqp_mlx5_post_nop(&pqp->tx, VQP_MLX5_SIGNALED);
+    if (ret < 0) {
+        return 0;
+    }
+    frag            = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    frag->op        = UINT32_MAX;
+    frag->kind      = VQP_FRAG_NOP;
+    frag->seq_valid = 0;
+    frag->wqe       = (uint16_t)ret;
+    return 1;
+}
+
 /* Post what @a op still needs. Returns 1 when nothing of it is left to post
  * (the dispatch cursor moves on), 0 when it has to wait for room. */
 static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
@@ -474,6 +511,10 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         return 1;
     }
 
+    if ((op->posted == 0) && !vqp_send_qp_covered(vqp) &&
+        !vqp_cover_send_qp(vqp)) {
+        return 0;
+    }
     return vqp_post_striped_any(vqp, op, opn);
 }
 
@@ -1121,7 +1162,11 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     ++vqp->stats.ops_posted;
     if (vqp_op_stripes(vqp, opcode, wr->length)) {
         vqp_op_set_striped(vqp, op);
-        vqp->op_disp += vqp_post_striped_any(vqp, op, opn);
+        if (ucs_likely(vqp_send_qp_covered(vqp))) {
+            vqp->op_disp += vqp_post_striped_any(vqp, op, opn);
+        } else {
+            vqp->op_disp += vqp_dispatch_op(vqp, opn);
+        }
     } else {
         op->striped   = 0;
         op->nfrags    = 1;
