@@ -7,6 +7,7 @@
 #ifndef UCT_RC_VQP_H_
 #define UCT_RC_VQP_H_
 
+#include "rc_vqp_cm.h"
 #include "rc_vqp_iface.h"
 #include "rc_vqp_md.h"
 
@@ -89,13 +90,20 @@ typedef struct uct_rc_vqp_iface {
     size_t ep_addr_len;
     uint64_t scratch;          /* result of atomics without fetch */
     uint32_t ext_atomic_sizes; /* vqp_dev_attr_t.ext_atomic_sizes */
+    uct_rc_vqp_cm_t cm;        /* connections to interface addresses */
 } uct_rc_vqp_iface_t;
 
 enum {
     UCT_RC_VQP_EP_CONNECTED = 1u << 0,
     UCT_RC_VQP_EP_FAILED    = 1u << 1, /* error handler called */
     UCT_RC_VQP_EP_FENCE     = 1u << 2, /* next operation is fenced */
-    UCT_RC_VQP_EP_PENDING   = 1u << 3  /* on the iface's pending_eps list */
+    UCT_RC_VQP_EP_PENDING   = 1u << 3, /* on the iface's pending_eps list */
+    /* Created from an interface address, waiting for the peer's answer:
+     * operations get UCS_ERR_NO_RESOURCE and wait in the pending queue. */
+    UCT_RC_VQP_EP_NOT_READY = 1u << 4,
+    /* Created by the connection manager for a peer's request: never shown
+     * to the user, destroyed when the peer disconnects or fails. */
+    UCT_RC_VQP_EP_PASSIVE = 1u << 5
 };
 
 typedef struct uct_rc_vqp_ep {
@@ -108,6 +116,7 @@ typedef struct uct_rc_vqp_ep {
     ucs_list_link_t pending_list;
     uct_completion_t *cancel_comp; /* flush(CANCEL) waiting for the rest */
     unsigned flags;
+    uct_rc_vqp_cm_conn_t *conn; /* connection manager's state, or NULL */
 } uct_rc_vqp_ep_t;
 
 UCS_CLASS_DECLARE(uct_rc_vqp_ep_t, const uct_ep_params_t *);
@@ -116,6 +125,15 @@ UCS_CLASS_DECLARE_DELETE_FUNC(uct_rc_vqp_ep_t, uct_ep_t);
 
 /* Completion callback of every endpoint's virtual QP. */
 void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc);
+
+/* Connect the endpoint's virtual QP to the peer's address, post receives,
+ * and let pending requests go. */
+ucs_status_t uct_rc_vqp_ep_connect_vqp(uct_rc_vqp_ep_t *ep, const void *addr,
+                                       size_t len);
+
+/* The endpoint failed with @a status: report it once (passive endpoints are
+ * destroyed instead). */
+void uct_rc_vqp_ep_set_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status);
 
 /* Post receive descriptors until the endpoint has rx_per_ep of them. */
 ucs_status_t uct_rc_vqp_ep_post_receives(uct_rc_vqp_ep_t *ep, unsigned count);

@@ -26,7 +26,7 @@ typedef struct {
 
 /* ----------------------------------------------------------- completions */
 
-static void uct_rc_vqp_ep_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
+void uct_rc_vqp_ep_set_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
 {
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
 
@@ -36,7 +36,25 @@ static void uct_rc_vqp_ep_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
         return;
     }
     ep->flags |= UCT_RC_VQP_EP_FAILED;
+    if (ep->flags & UCT_RC_VQP_EP_PASSIVE) {
+        /* The user never saw this endpoint: nobody to tell. */
+        uct_rc_vqp_cm_ep_failed(ep);
+        return;
+    }
     uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);
+}
+
+/* Room for one more operation (connected, the core has room). */
+static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_has_room(uct_rc_vqp_ep_t *ep)
+{
+    return !(ep->flags & UCT_RC_VQP_EP_NOT_READY) &&
+           (vqp_send_avail(ep->vqp) != 0);
+}
+
+/* Room for one more operation and, for AMs, a credit. */
+static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_can_send(uct_rc_vqp_ep_t *ep)
+{
+    return uct_rc_vqp_ep_has_room(ep) && (ep->fc_credits > 0);
 }
 
 /* The immediate of an outgoing AM: its id and the credits owed. */
@@ -146,7 +164,7 @@ void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
         uct_invoke_completion(comp, wc->status);
     }
     if (wc->status != UCS_OK) {
-        uct_rc_vqp_ep_failed(ep, wc->status);
+        uct_rc_vqp_ep_set_failed(ep, wc->status);
     }
     if ((ep->cancel_comp != NULL) && (vqp_ops_in_flight(ep->vqp) == 0)) {
         comp            = ep->cancel_comp;
@@ -191,7 +209,14 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_post(uct_rc_vqp_ep_t *ep,
 {
     ucs_status_t status;
 
-    if (ucs_unlikely(ep->flags & UCT_RC_VQP_EP_FENCE)) {
+    if (ucs_unlikely(ep->flags &
+                     (UCT_RC_VQP_EP_FENCE | UCT_RC_VQP_EP_NOT_READY))) {
+        if (ep->flags & UCT_RC_VQP_EP_NOT_READY) {
+            /* Still connecting: wait in the pending queue; a connection
+             * that failed was reported already. */
+            return (ep->flags & UCT_RC_VQP_EP_FAILED) ? UCS_ERR_ENDPOINT_TIMEOUT
+                                                      : UCS_ERR_NO_RESOURCE;
+        }
         wr->flags |= VQP_SEND_FENCE;
     }
     status = vqp_post_send(ep->vqp, wr);
@@ -227,7 +252,7 @@ uct_rc_vqp_ep_get_desc(uct_rc_vqp_ep_t *ep)
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
     uct_rc_vqp_tx_desc_t *desc;
 
-    if (ucs_unlikely(vqp_send_avail(ep->vqp) == 0)) {
+    if (ucs_unlikely(!uct_rc_vqp_ep_has_room(ep))) {
         return NULL;
     }
     desc = ucs_mpool_get_inline(&iface->tx_mp);
@@ -709,14 +734,14 @@ ucs_status_t uct_rc_vqp_ep_check(uct_ep_h tl_ep, unsigned flags,
     if (flags != 0) {
         return UCS_ERR_INVALID_PARAM;
     }
-    if (ep->flags & UCT_RC_VQP_EP_FAILED) {
-        return UCS_OK; /* already reported */
-    }
-    if (vqp_ops_in_flight(ep->vqp) != 0) {
-        return UCS_OK; /* traffic in flight will tell */
+    if (ep->flags & (UCT_RC_VQP_EP_FAILED | UCT_RC_VQP_EP_NOT_READY)) {
+        /* Reported already, or connecting: the connect timeout will tell. */
+        return UCS_OK;
     }
     /* A zero-length write to nowhere reaches the peer's QP: a dead peer
-     * turns it into an error completion, reported once. */
+     * turns it into an error completion, reported once. Posted even with
+     * operations in flight: those may all have executed already, their
+     * last one without a completion to come. */
     uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, 0, 0, NULL, 0, 0, 0, 0);
     status = vqp_post_send(ep->vqp, &wr);
     return (status == UCS_ERR_NO_RESOURCE) ? UCS_OK : status;
@@ -728,7 +753,7 @@ ucs_status_t uct_rc_vqp_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
     uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
 
-    if ((vqp_send_avail(ep->vqp) != 0) && (ep->fc_credits > 0)) {
+    if (uct_rc_vqp_ep_can_send(ep)) {
         return UCS_ERR_BUSY;
     }
     UCS_STATIC_ASSERT(sizeof(uct_pending_req_priv_arb_t) <=
@@ -751,7 +776,7 @@ void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface)
         if (ucs_arbiter_group_is_empty(&ep->arb_group)) {
             ep->flags &= ~UCT_RC_VQP_EP_PENDING;
             ucs_list_del(&ep->pending_list);
-        } else if ((vqp_send_avail(ep->vqp) != 0) && (ep->fc_credits > 0)) {
+        } else if (uct_rc_vqp_ep_can_send(ep)) {
             ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
         }
     }
@@ -771,7 +796,7 @@ uct_rc_vqp_ep_process_pending(ucs_arbiter_t *arbiter,
         return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
     } else if (status == UCS_INPROGRESS) {
         return UCS_ARBITER_CB_RESULT_NEXT_GROUP;
-    } else if ((vqp_send_avail(ep->vqp) != 0) && (ep->fc_credits > 0)) {
+    } else if (uct_rc_vqp_ep_can_send(ep)) {
         /* Refused for another reason than room: try the others first. */
         return UCS_ARBITER_CB_RESULT_RESCHED_GROUP;
     }
@@ -819,35 +844,79 @@ ucs_status_t uct_rc_vqp_ep_connect_to_ep(uct_ep_h tl_ep,
 {
     uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
-    ucs_status_t status;
 
-    if (ep->flags & UCT_RC_VQP_EP_CONNECTED) {
-        ucs_error("rc_vqp ep %p: already connected", ep);
+    if (ep->flags & (UCT_RC_VQP_EP_CONNECTED | UCT_RC_VQP_EP_NOT_READY)) {
+        ucs_error("rc_vqp ep %p: already connected%s", ep,
+                  (ep->flags & UCT_RC_VQP_EP_NOT_READY)
+                      ? " (to an interface address)"
+                      : "");
         return UCS_ERR_INVALID_PARAM;
     }
-    status = vqp_connect(ep->vqp, ep_addr, iface->ep_addr_len);
+    return uct_rc_vqp_ep_connect_vqp(ep, ep_addr, iface->ep_addr_len);
+}
+
+ucs_status_t uct_rc_vqp_ep_connect_vqp(uct_rc_vqp_ep_t *ep, const void *addr,
+                                       size_t len)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    ucs_status_t status;
+
+    status = vqp_connect(ep->vqp, addr, len);
     if (status != UCS_OK) {
         return status;
     }
     ep->flags |= UCT_RC_VQP_EP_CONNECTED;
-    return uct_rc_vqp_ep_post_receives(ep, iface->rx_per_ep);
+    ep->flags &= ~UCT_RC_VQP_EP_NOT_READY;
+    status = uct_rc_vqp_ep_post_receives(ep, iface->rx_per_ep);
+    /* Requests queued while connecting may go now. */
+    ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
+    return status;
 }
 
 UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
 {
     uct_rc_vqp_iface_t *iface =
         ucs_derived_of(params->iface, uct_rc_vqp_iface_t);
-    vqp_params_t vqp_params = iface->vqp_params;
+    /* The connection manager creates passive endpoints with the QP count
+     * and scheme of the peer's request. */
+    vqp_params_t vqp_params = (iface->cm.passive_params != NULL)
+                                  ? *iface->cm.passive_params
+                                  : iface->vqp_params;
+    vqp_dev_addr_t dev_addr;
     ucs_status_t status;
+    uint32_t cm_qpn = 0;
+    int to_iface;
 
     UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
 
-    if (params->field_mask &
-        (UCT_EP_PARAM_FIELD_DEV_ADDR | UCT_EP_PARAM_FIELD_IFACE_ADDR)) {
-        ucs_error("rc_vqp: connecting to an interface address is not"
-                  " supported; create the endpoint from the interface and"
-                  " connect it to the peer endpoint");
-        return UCS_ERR_UNSUPPORTED;
+    to_iface = !!(params->field_mask & UCT_EP_PARAM_FIELD_IFACE_ADDR);
+    if (to_iface != !!(params->field_mask & UCT_EP_PARAM_FIELD_DEV_ADDR)) {
+        ucs_error("rc_vqp: an endpoint to an interface needs both its device"
+                  " and its interface address");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (to_iface) {
+        if ((params->dev_addr == NULL) || (params->iface_addr == NULL)) {
+            ucs_error("rc_vqp: NULL device or interface address");
+            return UCS_ERR_INVALID_PARAM;
+        }
+        status = vqp_dev_addr_unpack(params->dev_addr, VQP_DEV_ADDR_PACKED_MAX,
+                                     &dev_addr, NULL);
+        if (status != UCS_OK) {
+            ucs_error("rc_vqp: invalid device address");
+            return status;
+        }
+        status =
+            uct_rc_vqp_cm_unpack_iface_address(params->iface_addr, &cm_qpn);
+        if (status != UCS_OK) {
+            return status;
+        }
+        status = vqp_dev_is_reachable(iface->dev, &dev_addr);
+        if (status != UCS_OK) {
+            ucs_error("rc_vqp: the peer device is not reachable from %s",
+                      UCT_RC_VQP_NAME);
+            return status;
+        }
     }
     vqp_params.comp_arg = self;
     status              = vqp_create(&vqp_params, &self->vqp);
@@ -858,8 +927,18 @@ UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
     self->fc_credits   = (int)iface->rx_per_ep - UCT_RC_VQP_FC_RESERVE;
     self->fc_to_return = 0;
     self->cancel_comp  = NULL;
+    self->conn         = NULL;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_list_add_tail(&iface->eps, &self->list);
+    if (to_iface) {
+        status = uct_rc_vqp_cm_connect(self, &dev_addr, cm_qpn);
+        if (status != UCS_OK) {
+            ucs_list_del(&self->list);
+            ucs_arbiter_group_cleanup(&self->arb_group);
+            vqp_destroy(self->vqp);
+            return status;
+        }
+    }
     return UCS_OK;
 }
 
@@ -876,6 +955,7 @@ UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
      * receive buffers return to the pool. */
     self->flags |= UCT_RC_VQP_EP_FAILED;
     vqp_destroy(self->vqp);
+    uct_rc_vqp_cm_ep_cleanup(self);
     ucs_arbiter_group_cleanup(&self->arb_group);
     if (self->flags & UCT_RC_VQP_EP_PENDING) {
         ucs_list_del(&self->pending_list);

@@ -102,6 +102,13 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      ucs_offsetof(uct_rc_vqp_iface_config_t, rnr_timeout),
      UCS_CONFIG_TYPE_TIME},
 
+    {"CONNECT_TIMEOUT", "30s",
+     "How long an endpoint created from an interface address keeps asking\n"
+     "the peer interface to connect (the request is resent with growing\n"
+     "intervals) before it fails with UCS_ERR_ENDPOINT_TIMEOUT.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, connect_timeout),
+     UCS_CONFIG_TYPE_TIME},
+
     {NULL}};
 
 /* IB ack timeout encoding: 4.096 us * 2^t, t in 1..31 (0 means infinite). */
@@ -270,6 +277,7 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
                       UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY |
                       UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING |
                       UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_EP |
+                      UCT_IFACE_FLAG_CONNECT_TO_IFACE |
                       UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                       UCT_IFACE_FLAG_EP_CHECK;
     /* 64-bit add and cswap are basic atomics; the rest needs the extended
@@ -291,7 +299,7 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     }
 
     attr->device_addr_len = vqp_dev_addr_packed_size(&dev_addr);
-    attr->iface_addr_len  = 0;
+    attr->iface_addr_len  = sizeof(uct_rc_vqp_iface_addr_t);
     attr->ep_addr_len     = iface->ep_addr_len;
     attr->max_conn_priv   = 0;
 
@@ -333,13 +341,27 @@ static int uct_rc_vqp_iface_is_reachable(const uct_iface_h tl_iface,
 {
     uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
     vqp_dev_addr_t remote;
+    uint32_t qpn;
 
     if ((dev_addr == NULL) ||
         (vqp_dev_addr_unpack(dev_addr, VQP_DEV_ADDR_PACKED_MAX, &remote,
                              NULL) != UCS_OK)) {
         return 0;
     }
+    if ((iface_addr != NULL) &&
+        (uct_rc_vqp_cm_unpack_iface_address(iface_addr, &qpn) != UCS_OK)) {
+        return 0;
+    }
     return vqp_dev_is_reachable(iface->dev, &remote) == UCS_OK;
+}
+
+static ucs_status_t uct_rc_vqp_iface_get_address(uct_iface_h tl_iface,
+                                                 uct_iface_addr_t *addr)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+
+    uct_rc_vqp_cm_get_iface_address(iface, (uct_rc_vqp_iface_addr_t *)addr);
+    return UCS_OK;
 }
 
 static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
@@ -348,6 +370,7 @@ static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
     unsigned count;
 
     count = vqp_cq_progress(iface->cq);
+    count += uct_rc_vqp_cm_progress(iface);
     if (!ucs_list_is_empty(&iface->pending_eps)) {
         uct_rc_vqp_iface_schedule_pending(iface);
     }
@@ -429,9 +452,8 @@ static uct_iface_ops_t uct_rc_vqp_iface_ops = {
     .iface_close              = UCS_CLASS_DELETE_FUNC_NAME(uct_rc_vqp_iface_t),
     .iface_query              = uct_rc_vqp_iface_query,
     .iface_get_device_address = uct_rc_vqp_iface_get_device_address,
-    .iface_get_address =
-        (uct_iface_get_address_func_t)ucs_empty_function_return_success,
-    .iface_is_reachable = uct_rc_vqp_iface_is_reachable,
+    .iface_get_address        = uct_rc_vqp_iface_get_address,
+    .iface_is_reachable       = uct_rc_vqp_iface_is_reachable,
 };
 
 static ucs_status_t
@@ -446,17 +468,17 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->seg_size < 64) || (config->seg_size > UINT32_MAX) ||
         (config->max_inline < 8) || (config->max_inline > UINT32_MAX) ||
         (config->retry_count > 7) || (config->timeout <= 0) ||
-        (config->rnr_timeout <= 0)) {
+        (config->rnr_timeout <= 0) || (config->connect_timeout <= 0)) {
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
                   " (a power of two, 1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
                   " RX_QUEUE_LEN=%u (> %d) SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
                   " (>= 8) RETRY_COUNT=%u (0..7) TIMEOUT=%g s RNR_TIMEOUT=%g s"
-                  " (> 0)",
+                  " CONNECT_TIMEOUT=%g s (> 0)",
                   config->num_qps, config->frag_size, attr->max_msg_sz,
                   config->max_outstanding, config->tx_queue_len,
                   config->rx_queue_len, UCT_RC_VQP_FC_RESERVE, config->seg_size,
                   config->max_inline, config->retry_count, config->timeout,
-                  config->rnr_timeout);
+                  config->rnr_timeout, config->connect_timeout);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;
@@ -555,8 +577,15 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
         goto err_tx_mp;
     }
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->rx_mp) = self;
+
+    status = uct_rc_vqp_cm_init(self, config->connect_timeout);
+    if (status != UCS_OK) {
+        goto err_rx_mp;
+    }
     return UCS_OK;
 
+err_rx_mp:
+    ucs_mpool_cleanup(&self->rx_mp, 1);
 err_tx_mp:
     ucs_mpool_cleanup(&self->tx_mp, 0);
 err_cq:
@@ -568,6 +597,8 @@ err:
 
 static UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_iface_t)
 {
+    /* First the connection manager's own (passive) endpoints. */
+    uct_rc_vqp_cm_cleanup(self);
     if (!ucs_list_is_empty(&self->eps)) {
         ucs_warn("rc_vqp: interface closed with %zu endpoints still open",
                  ucs_list_length(&self->eps));

@@ -29,6 +29,7 @@ typedef struct uct_rc_vqp_iface_config {
     double timeout;           /* ack timeout before a retry, seconds */
     unsigned retry_count;     /* retries before a transport error */
     double rnr_timeout;       /* wait before resending to a full RQ */
+    double connect_timeout;   /* connection manager's give-up time */
 } uct_rc_vqp_iface_config_t;
 
 extern ucs_config_field_t uct_rc_vqp_iface_config_table[];

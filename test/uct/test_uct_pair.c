@@ -60,16 +60,18 @@ typedef enum {
     SC_KILL_BUSY,
     SC_KILL_IDLE,
     SC_FENCE_UNSIGNALED,
-    SC_AM_NULL
+    SC_AM_NULL,
+    SC_CONNECT
 } sc_kind_t;
 
 typedef struct scenario {
     const char *name;
     sc_kind_t kind;
     pair_config_t cfg;
-    const size_t *sizes;  /* SC_MATRIX; 0-terminated */
-    const char *faults;   /* VQP_SW_FAULTS of the initiator */
-    const char *disabled; /* non-NULL: skipped, with the reason (a TODO) */
+    const size_t *sizes;    /* SC_MATRIX; 0-terminated */
+    const char *faults;     /* VQP_SW_FAULTS of the initiator */
+    const char *faults_all; /* VQP_SW_FAULTS of both sides */
+    const char *disabled;   /* non-NULL: skipped, with the reason (a TODO) */
 } scenario_t;
 
 static void *module_handle;
@@ -1245,11 +1247,20 @@ static void sem_bad_input(pair_t *p)
     CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
           "am_short of 8+max_short bytes returned %s", ucs_status_string(st));
 
-    /* connecting to a corrupted endpoint address */
+    if (p->cfg->to_iface) {
+        /* connected to the interface already */
+        st = uct_ep_connect_to_ep(p->ep, p->peer_dev_addr, p->own_ep_addr);
+        CHECK(st == UCS_ERR_INVALID_PARAM,
+              "connect_to_ep on an endpoint created from an interface address"
+              " returned %s",
+              ucs_status_string(st));
+    }
+
+    /* connecting to a corrupted endpoint address (ours has the format) */
     bad_addr = malloc(p->ep_addr_len);
     CHECK(bad_addr != NULL, "out of memory");
     CHECK_STATUS(uct_ep_create(&ep_params, &ep2), UCS_OK);
-    memcpy(bad_addr, p->peer_ep_addr, p->ep_addr_len);
+    memcpy(bad_addr, p->own_ep_addr, p->ep_addr_len);
     bad_addr[0] ^= 0x5a; /* version of the address */
     st = uct_ep_connect_to_ep(ep2, p->peer_dev_addr, (void *)bad_addr);
     CHECK(UCS_STATUS_IS_ERR(st),
@@ -1257,7 +1268,7 @@ static void sem_bad_input(pair_t *p)
           ucs_status_string(st));
     uct_ep_destroy(ep2);
     CHECK_STATUS(uct_ep_create(&ep_params, &ep2), UCS_OK);
-    memcpy(bad_addr, p->peer_ep_addr, p->ep_addr_len);
+    memcpy(bad_addr, p->own_ep_addr, p->ep_addr_len);
     memset(bad_addr + 8, 0xff, p->ep_addr_len - 8); /* QP addresses */
     st = uct_ep_connect_to_ep(ep2, p->peer_dev_addr, (void *)bad_addr);
     CHECK(UCS_STATUS_IS_ERR(st),
@@ -1667,6 +1678,207 @@ static void run_kill_idle(pair_t *p, const scenario_t *sc)
     CHECK(p->err_calls == 1, "error handler ran %d times", p->err_calls);
 }
 
+/* ---------------------------------------------- connection manager */
+
+typedef struct connect_pending {
+    uct_pending_req_t req;
+    pair_t *p;
+    uct_ep_h ep;
+    uint64_t raddr;
+    uint64_t value;
+    int calls;
+    int order;
+    int *seq;
+} connect_pending_t;
+
+static ucs_status_t connect_pending_cb(uct_pending_req_t *self)
+{
+    connect_pending_t *t = ucs_container_of(self, connect_pending_t, req);
+    ucs_status_t st;
+
+    ++t->calls;
+    t->order = (*t->seq)++;
+    st       = uct_ep_put_short(t->ep, &t->value, sizeof(t->value), t->raddr,
+                                t->p->rkey.rkey);
+    CHECK((st == UCS_OK) || (st == UCS_ERR_NO_RESOURCE),
+          "put_short from a pending callback returned %s",
+          ucs_status_string(st));
+    return st;
+}
+
+static void connect_purge_cb(uct_pending_req_t *self, void *arg)
+{
+    ++*(int *)arg;
+}
+
+static size_t connect_pack_cb(void *dest, void *arg)
+{
+    ++*(int *)arg;
+    return 8;
+}
+
+/* A second endpoint to the same interface: operations posted while it
+ * connects wait in the pending queue and go, in order, once it is up. */
+static void connect_pending_step(pair_t *p, unsigned step)
+{
+    const uint64_t raddr = p->remote_buf + REGION_OFF;
+    connect_pending_t t[3];
+    int seq = 0, packs = 0, i;
+    uint64_t v = 7;
+    pair_msg_t msg;
+    uct_ep_h ep;
+
+    if (!p->is_initiator) {
+        uint64_t *w = (uint64_t *)(p->buf + REGION_OFF);
+
+        pair_recv(p, MSG_READY, step, &msg);
+        for (i = 0; i < 3; ++i) {
+            CHECK(w[i] == 0x1000 + (uint64_t)i,
+                  "word %d written by a pending put is 0x%lx", i,
+                  (unsigned long)w[i]);
+        }
+        pair_send(p, MSG_DONE, step, 0);
+        return;
+    }
+    ep = pair_ep_to_iface(p, p->peer_iface_addr);
+    CHECK_STATUS(uct_ep_put_short(ep, &v, sizeof(v), raddr, p->rkey.rkey),
+                 UCS_ERR_NO_RESOURCE);
+    CHECK(uct_ep_am_bcopy(ep, AM_ID_DATA, connect_pack_cb, &packs, 0) ==
+              UCS_ERR_NO_RESOURCE,
+          "am_bcopy on a connecting endpoint did not say NO_RESOURCE");
+    CHECK(packs == 0, "am_bcopy packed %d times for a refused operation",
+          packs);
+    CHECK_STATUS(uct_ep_check(ep, 0, NULL), UCS_OK);
+    for (i = 0; i < 3; ++i) {
+        memset(&t[i], 0, sizeof(t[i]));
+        t[i].p        = p;
+        t[i].ep       = ep;
+        t[i].raddr    = raddr + 8 * i;
+        t[i].value    = 0x1000 + i;
+        t[i].seq      = &seq;
+        t[i].req.func = connect_pending_cb;
+        CHECK_STATUS(uct_ep_pending_add(ep, &t[i].req, 0), UCS_OK);
+    }
+    CHECK(pair_wait_int(p, &t[2].calls, 1),
+          "pending requests of a connecting endpoint never ran");
+    for (i = 0; i < 3; ++i) {
+        CHECK(t[i].order == i, "pending request %d ran as number %d", i,
+              t[i].order);
+    }
+    CHECK_STATUS(uct_ep_put_short(ep, &v, sizeof(v), raddr + 64, p->rkey.rkey),
+                 UCS_OK);
+    {
+        uct_ep_h saved = p->ep;
+
+        p->ep = ep;
+        pair_flush_ep(p);
+        p->ep = saved;
+    }
+    pair_send(p, MSG_READY, step, 0);
+    pair_recv(p, MSG_DONE, step, &msg);
+    uct_ep_destroy(ep);
+}
+
+/* Interface addresses that are bad or never answer. */
+static void connect_errors_step(pair_t *p, const scenario_t *sc)
+{
+    size_t len          = p->attr.iface_addr_len;
+    uct_ep_params_t eps = {0};
+    uint8_t bad[64];
+    connect_pending_t t;
+    double t0, limit;
+    int seq = 0, purged = 0;
+    uint64_t v = 1;
+    ucs_status_t st;
+    uct_ep_h ep;
+
+    CHECK(len <= sizeof(bad), "iface address of %zu bytes", len);
+
+    /* Destroyed while connecting: nothing reported, nothing left. */
+    ep = pair_ep_to_iface(p, p->peer_iface_addr);
+    uct_ep_destroy(ep);
+    t0 = pair_now();
+    while (pair_now() < t0 + 0.2) {
+        pair_progress(p);
+    }
+    CHECK(p->err_calls == 0, "destroying a connecting ep called the error"
+                             " handler");
+
+    /* Another format version (the top byte) is refused. */
+    memcpy(bad, p->peer_iface_addr, len);
+    bad[3] ^= 0x7f;
+    CHECK(!uct_iface_is_reachable(p->iface, p->peer_dev_addr,
+                                  (const uct_iface_addr_t *)bad),
+          "an interface address of another version is reachable");
+    eps.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                     UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    eps.iface      = p->iface;
+    eps.dev_addr   = p->peer_dev_addr;
+    eps.iface_addr = (const uct_iface_addr_t *)bad;
+    CHECK_STATUS(uct_ep_create(&eps, &ep), UCS_ERR_INVALID_PARAM);
+    /* An interface address without a device address. */
+    eps.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    eps.iface_addr = p->peer_iface_addr;
+    CHECK_STATUS(uct_ep_create(&eps, &ep), UCS_ERR_INVALID_PARAM);
+
+    /* A QPN nobody listens on: requests go unanswered until the connect
+     * timeout; then the error handler runs once and pending requests stay
+     * for the user to purge. */
+    memcpy(bad, p->peer_iface_addr, len);
+    bad[0] = 0x00;
+    bad[1] = 0xf0;
+    bad[2] = 0xff;
+    ep     = pair_ep_to_iface(p, (const uct_iface_addr_t *)bad);
+    t0     = pair_now();
+    CHECK_STATUS(
+        uct_ep_put_short(ep, &v, sizeof(v), p->remote_buf, p->rkey.rkey),
+        UCS_ERR_NO_RESOURCE);
+    memset(&t, 0, sizeof(t));
+    t.p        = p;
+    t.ep       = ep;
+    t.seq      = &seq;
+    t.req.func = connect_pending_cb;
+    CHECK_STATUS(uct_ep_pending_add(ep, &t.req, 0), UCS_OK);
+    CHECK(pair_wait_int(p, &p->err_calls, 1),
+          "no error for an endpoint whose peer never answers");
+    limit = atof(sc->cfg.connect_timeout);
+    CHECK((pair_now() - t0 > 0.8 * limit) && (pair_now() - t0 < limit + 3),
+          "connect error after %.2f s, timeout %.1f s", pair_now() - t0, limit);
+    CHECK(p->err_ep == ep, "error handler got ep %p, not %p", (void *)p->err_ep,
+          (void *)ep);
+    CHECK_STATUS(p->err_status, UCS_ERR_ENDPOINT_TIMEOUT);
+    printf("  unanswered connect: error handler once after %.2f s\n",
+           pair_now() - t0);
+    st = uct_ep_put_short(ep, &v, sizeof(v), p->remote_buf, p->rkey.rkey);
+    CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+          "put_short on the failed ep returned %s", ucs_status_string(st));
+    CHECK(t.calls == 0, "a pending request ran on a failed endpoint");
+    uct_ep_pending_purge(ep, connect_purge_cb, &purged);
+    CHECK(purged == 1, "purge found %d requests, 1 was queued", purged);
+    uct_ep_destroy(ep);
+    pair_progress(p);
+    CHECK(p->err_calls == 1, "error handler ran %d times", p->err_calls);
+    p->err_calls = 0;
+}
+
+static void run_connect(pair_t *p, const scenario_t *sc)
+{
+    unsigned step = 1;
+
+    connect_pending_step(p, step++);
+    if (p->is_initiator) {
+        connect_errors_step(p, sc);
+    }
+    /* The first endpoint still works after all that. */
+    step_put(p, step, OP_PUT_BCOPY, 1000, 0);
+    ++step;
+    step_am(p, step, OP_AM_BCOPY, 1000, 0);
+    ++step;
+    pair_end(p, step);
+    CHECK(p->err_calls == 0, "error handler ran: %s",
+          ucs_status_string(p->err_status));
+}
+
 /* --------------------------------------------------------------- driver */
 
 static int role_main(const scenario_t *sc, int initiator, int sock)
@@ -1678,14 +1890,17 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (initiator && (sc->faults != NULL)) {
         setenv("VQP_SW_FAULTS", sc->faults, 1);
+    } else if (sc->faults_all != NULL) {
+        setenv("VQP_SW_FAULTS", sc->faults_all, 1);
     } else {
         unsetenv("VQP_SW_FAULTS");
     }
     pair_setup(&p, sc, initiator, sock, &am);
     if (initiator && (sc->faults != NULL)) {
-        /* FAULTS_QP12 names QPNs of a fresh device: slot i, generation 1. */
-        CHECK((ep_addr_qpn(&p, 1) == 0x401) && (ep_addr_qpn(&p, 2) == 0x402),
-              "data QPs are 0x%x/0x%x, the fault spec assumed 0x401/0x402",
+        /* FAULTS_QP12 names QPNs of a fresh device: slot i, generation 1;
+         * slot 0 is the interface's connection-manager UD QP. */
+        CHECK((ep_addr_qpn(&p, 1) == 0x402) && (ep_addr_qpn(&p, 2) == 0x403),
+              "data QPs are 0x%x/0x%x, the fault spec assumed 0x402/0x403",
               ep_addr_qpn(&p, 1), ep_addr_qpn(&p, 2));
     }
     switch (sc->kind) {
@@ -1706,6 +1921,9 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
         break;
     case SC_FENCE_UNSIGNALED:
         run_fence_unsignaled(&p, sc);
+        break;
+    case SC_CONNECT:
+        run_connect(&p, sc);
         break;
     case SC_AM_NULL:
         /* UCX's generic am_short_iov sends 8 bytes as header + (NULL, 0) */
@@ -1827,7 +2045,7 @@ static const size_t full_sizes[]  = {1,
 /* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
  * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
  * QP 2 fails its second WQE with "retry exceeded" (0x15). */
-#define FAULTS_QP12 "kill=0x401,err=0x402:1:0x15"
+#define FAULTS_QP12 "kill=0x402,err=0x403:1:0x15"
 
 #define SEMANTICS(_name, _qps, _lb, _headroom)        \
     {                                                 \
@@ -1842,7 +2060,63 @@ static const size_t full_sizes[]  = {1,
         }                                             \
     }
 
+#define CFGI(_qps, _lb, _tqps)                                            \
+    {                                                                     \
+        .num_qps = _qps, .lb = _lb, .frag_size = "256k",                  \
+        .stripe_thresh = "64k", .tx_queue_len = NULL, .buf_size = CI_BUF, \
+        .rx_headroom = HEADROOM, .to_iface = 1, .target_num_qps = _tqps   \
+    }
+
 static const scenario_t ci_scenarios[] = {
+    MATRIX("tmpdbg qps=4 dqplb frag=256k", 4, "dqplb", "256k", "64k", CI_BUF,
+           ci_sizes_64),
+    MATRIX("tmpdbg qps=1 dqplb frag=256k", 1, "dqplb", "256k", "64k", CI_BUF,
+           ci_sizes_64),
+    {.name  = "matrix qps=4 dqplb via interface address",
+     .kind  = SC_MATRIX,
+     .cfg   = CFGI(4, "dqplb", 0),
+     .sizes = ci_sizes},
+    {.name  = "matrix qps=4 spray via interface address, target qps=1",
+     .kind  = SC_MATRIX,
+     .cfg   = CFGI(4, "spray", 1),
+     .sizes = ci_sizes},
+    {.name  = "matrix qps=64 dqplb via interface address",
+     .kind  = SC_MATRIX,
+     .cfg   = CFGI(64, "dqplb", 0),
+     .sizes = ci_sizes_64},
+    {.name       = "matrix qps=4 dqplb via interface address, datagrams lost "
+                   "and duplicated",
+     .kind       = SC_MATRIX,
+     .cfg        = CFGI(4, "dqplb", 0),
+     .sizes      = ci_sizes_64,
+     .faults_all = "seed=11,ud_drop=0.5,ud_dup=0.5"},
+    {.name = "semantics qps=4 dqplb via interface address",
+     .kind = SC_SEMANTICS,
+     .cfg  = {.num_qps       = 4,
+              .lb            = "dqplb",
+              .frag_size     = "256k",
+              .stripe_thresh = "64k",
+              .tx_queue_len  = "16",
+              .buf_size      = CI_BUF,
+              .rx_headroom   = HEADROOM,
+              .to_iface      = 1}},
+    {.name = "connection manager: pending while connecting, bad addresses, "
+             "no answer",
+     .kind = SC_CONNECT,
+     .cfg  = {.num_qps         = 4,
+              .lb              = "dqplb",
+              .frag_size       = "256k",
+              .stripe_thresh   = "64k",
+              .buf_size        = CI_BUF,
+              .rx_headroom     = HEADROOM,
+              .to_iface        = 1,
+              .connect_timeout = "1.5s"}},
+    {.name = "killed peer with traffic qps=4 via interface address",
+     .kind = SC_KILL_BUSY,
+     .cfg  = CFGI(4, "dqplb", 0)},
+    {.name = "killed idle peer qps=4 via interface address",
+     .kind = SC_KILL_IDLE,
+     .cfg  = CFGI(4, "dqplb", 0)},
     MATRIX("matrix qps=1 dqplb", 1, "dqplb", "1m", "64k", CI_BUF, ci_sizes),
     MATRIX("matrix qps=1 spray", 1, "spray", "1m", "64k", CI_BUF, ci_sizes),
     MATRIX("matrix qps=4 dqplb frag=256k", 4, "dqplb", "256k", "64k", CI_BUF,

@@ -336,12 +336,15 @@ void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock)
 
     CHECK_STATUS(uct_md_iface_config_read(p->md, "rc_vqp", NULL, NULL, &config),
                  UCS_OK);
-    snprintf(num, sizeof(num), "%u", cfg->num_qps);
+    snprintf(num, sizeof(num), "%u",
+             (!is_initiator && cfg->target_num_qps) ? cfg->target_num_qps
+                                                    : cfg->num_qps);
     pair_modify(config, "NUM_QPS", num);
     pair_modify(config, "LB", cfg->lb);
     pair_modify(config, "FRAG_SIZE", cfg->frag_size);
     pair_modify(config, "STRIPE_THRESH", cfg->stripe_thresh);
     pair_modify(config, "TX_QUEUE_LEN", cfg->tx_queue_len);
+    pair_modify(config, "CONNECT_TIMEOUT", cfg->connect_timeout);
 
     params.field_mask =
         UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
@@ -362,11 +365,15 @@ void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock)
     CHECK(p->attr.cap.flags & UCT_IFACE_FLAG_CONNECT_TO_EP, "no CONNECT_TO_EP");
     CHECK(p->attr.cap.flags & UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE,
           "no ERRHANDLE_PEER_FAILURE");
+    CHECK(p->attr.cap.flags & UCT_IFACE_FLAG_CONNECT_TO_IFACE,
+          "no CONNECT_TO_IFACE");
     uct_iface_progress_enable(p->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
 
-    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
-    ep_params.iface      = p->iface;
-    CHECK_STATUS(uct_ep_create(&ep_params, &p->ep), UCS_OK);
+    if (!cfg->to_iface) {
+        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
+        ep_params.iface      = p->iface;
+        CHECK_STATUS(uct_ep_create(&ep_params, &p->ep), UCS_OK);
+    }
 
     p->buf = mmap(NULL, cfg->buf_size, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -381,7 +388,14 @@ void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock)
     CHECK_STATUS(uct_iface_get_device_address(p->iface, dev_addr), UCS_OK);
     p->ep_addr_len = p->attr.ep_addr_len;
     p->own_ep_addr = calloc(1, p->ep_addr_len);
-    CHECK_STATUS(uct_ep_get_address(p->ep, p->own_ep_addr), UCS_OK);
+    if (cfg->to_iface) {
+        /* The interface address travels where the endpoint's would. */
+        CHECK(p->attr.iface_addr_len > 0, "iface_addr_len is 0");
+        p->ep_addr_len = p->attr.iface_addr_len;
+        CHECK_STATUS(uct_iface_get_address(p->iface, p->own_ep_addr), UCS_OK);
+    } else {
+        CHECK_STATUS(uct_ep_get_address(p->ep, p->own_ep_addr), UCS_OK);
+    }
     rkey_len = md_attr.rkey_packed_size;
     rkey_buf = calloc(1, rkey_len);
     CHECK_STATUS(uct_md_mkey_pack(p->md, p->memh, rkey_buf), UCS_OK);
@@ -412,9 +426,25 @@ void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock)
 
     CHECK(uct_iface_is_reachable(p->iface, p->peer_dev_addr, NULL),
           "peer device address not reachable");
-    CHECK_STATUS(uct_ep_connect_to_ep(p->ep, p->peer_dev_addr, p->peer_ep_addr),
-                 UCS_OK);
     CHECK_STATUS(uct_rkey_unpack(p->component, peer_rkey, &p->rkey), UCS_OK);
+    if (cfg->to_iface) {
+        CHECK(
+            uct_iface_is_reachable(p->iface, p->peer_dev_addr, p->peer_ep_addr),
+            "peer interface address not reachable");
+        p->peer_iface_addr = p->peer_ep_addr;
+        p->ep              = pair_ep_to_iface(p, p->peer_iface_addr);
+        pair_wait_connected(p, p->ep);
+        /* Our virtual QP's address, for the tests that read QPNs in it. */
+        free(p->own_ep_addr);
+        p->ep_addr_len  = p->attr.ep_addr_len;
+        p->own_ep_addr  = calloc(1, p->ep_addr_len);
+        p->peer_ep_addr = NULL;
+        CHECK_STATUS(uct_ep_get_address(p->ep, p->own_ep_addr), UCS_OK);
+    } else {
+        CHECK_STATUS(
+            uct_ep_connect_to_ep(p->ep, p->peer_dev_addr, p->peer_ep_addr),
+            UCS_OK);
+    }
     free(peer_rkey);
     free(rkey_buf);
     free(dev_addr);
@@ -443,4 +473,38 @@ void pair_cleanup(pair_t *p)
     free(p->own_ep_addr);
     free(p->peer_dev_addr);
     free(p->peer_ep_addr);
+    free(p->peer_iface_addr);
+}
+
+uct_ep_h pair_ep_to_iface(pair_t *p, const void *iface_addr)
+{
+    uct_ep_params_t ep_params = {0};
+    uct_ep_h ep;
+
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                           UCT_EP_PARAM_FIELD_DEV_ADDR |
+                           UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    ep_params.iface      = p->iface;
+    ep_params.dev_addr   = p->peer_dev_addr;
+    ep_params.iface_addr = iface_addr;
+    CHECK_STATUS(uct_ep_create(&ep_params, &ep), UCS_OK);
+    return ep;
+}
+
+double pair_wait_connected(pair_t *p, uct_ep_h ep)
+{
+    double t0 = pair_now(), deadline = t0 + PAIR_WAIT_SEC;
+    uint64_t zero = 0;
+    ucs_status_t status;
+
+    /* Word 0 of the peer's buffer is never used by the tests: write 0. */
+    while ((status = uct_ep_put_short(ep, &zero, sizeof(zero), p->remote_buf,
+                                      p->rkey.rkey)) == UCS_ERR_NO_RESOURCE) {
+        CHECK(pair_now() < deadline,
+              "endpoint to the peer interface not connected in %.0f s",
+              PAIR_WAIT_SEC);
+        pair_progress(p);
+    }
+    CHECK_STATUS(status, UCS_OK);
+    return pair_now() - t0;
 }

@@ -52,6 +52,11 @@ typedef struct pair_config {
     const char *tx_queue_len;  /* NULL = default */
     size_t buf_size;           /* registered buffer of each side */
     size_t rx_headroom;
+    /* Create the endpoints from the peer's interface address (the
+     * connection manager) instead of connecting endpoint to endpoint. */
+    int to_iface;
+    unsigned target_num_qps;     /* 0: num_qps; else the target's own count */
+    const char *connect_timeout; /* NULL = default */
 } pair_config_t;
 
 /* A completion that records how often and when it ran. */
@@ -82,6 +87,7 @@ typedef struct pair {
     size_t ep_addr_len;
     void *peer_dev_addr;
     void *peer_ep_addr;
+    void *peer_iface_addr; /* to_iface: the peer interface's address */
     /* error handler */
     int err_calls;
     uct_ep_h err_ep;
@@ -89,6 +95,12 @@ typedef struct pair {
     /* active-message receive side (see test_uct_pair.c) */
     void *am_state;
 } pair_t;
+
+/* An endpoint to the peer's interface address (to_iface pairs). */
+uct_ep_h pair_ep_to_iface(pair_t *p, const void *iface_addr);
+/* Progress until an 8-byte put_short on @a ep stops returning NO_RESOURCE:
+ * the endpoint is connected. Returns the seconds it took. */
+double pair_wait_connected(pair_t *p, uct_ep_h ep);
 
 /* Setup and teardown of one side. */
 void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock);

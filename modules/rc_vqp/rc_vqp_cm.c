@@ -1,0 +1,825 @@
+/*
+ * rc_vqp connection manager (see rc_vqp_cm.h): one UD QP per interface, a
+ * REQ / REP / REJ / DISC exchange of small datagrams, retries and
+ * de-duplication, passive endpoints for the peers' connections.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <config.h>
+
+#include "rc_vqp.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/sys.h>
+#include <ucs/time/time.h>
+#include <endian.h>
+#include <string.h>
+
+#define UCT_RC_VQP_CM_MAGIC    0x76 /* 'v' */
+#define UCT_RC_VQP_CM_VERSION  1
+#define UCT_RC_VQP_CM_QKEY     0x1ee7c0de
+#define UCT_RC_VQP_CM_RX_SLOTS 128
+#define UCT_RC_VQP_CM_TX_SLOTS 32
+#define UCT_RC_VQP_CM_MSG_MAX  4096ul /* payload bytes, at most */
+#define UCT_RC_VQP_CM_POLL     16     /* CQEs per progress call */
+#define UCT_RC_VQP_CM_MAX_QPS  4096   /* data QPs a request may ask for */
+#define UCT_RC_VQP_CM_BACKOFF  1.0    /* longest interval between REQs, s */
+
+enum {
+    UCT_RC_VQP_CM_REQ  = 1, /* active -> passive: connect to my QPs */
+    UCT_RC_VQP_CM_REP  = 2, /* passive -> active: connected, here are mine */
+    UCT_RC_VQP_CM_REJ  = 3, /* passive -> active: cannot, status says why */
+    UCT_RC_VQP_CM_DISC = 4  /* active -> passive: endpoint destroyed */
+};
+
+/* Every datagram starts with this header (little endian), then the
+ * sender's packed device address, then (REQ, REP) its virtual QP address. */
+typedef struct uct_rc_vqp_cm_hdr {
+    uint8_t magic;
+    uint8_t version;
+    uint8_t type;
+    uint8_t lb;       /* REQ: vqp_lb_t of the active side */
+    uint32_t src_qpn; /* the sender's CM QPN: where answers go */
+    uint64_t id;      /* connection id, chosen by the active side */
+    uint32_t num_qps; /* REQ: data QPs of the active side */
+    int16_t status;   /* REJ: why */
+    uint8_t dev_addr_len;
+    uint8_t reserved;
+    uint16_t vqp_addr_len;
+    uint16_t reserved2;
+} UCS_S_PACKED uct_rc_vqp_cm_hdr_t;
+
+static const char *uct_rc_vqp_cm_type_str(unsigned type)
+{
+    switch (type) {
+    case UCT_RC_VQP_CM_REQ:
+        return "REQ";
+    case UCT_RC_VQP_CM_REP:
+        return "REP";
+    case UCT_RC_VQP_CM_REJ:
+        return "REJ";
+    case UCT_RC_VQP_CM_DISC:
+        return "DISC";
+    default:
+        return "?";
+    }
+}
+
+static char *uct_rc_vqp_cm_rx_slot(uct_rc_vqp_cm_t *cm, unsigned index)
+{
+    return cm->buf + (size_t)(index & (cm->rx_slots - 1)) * cm->slot_size;
+}
+
+static char *uct_rc_vqp_cm_tx_slot(uct_rc_vqp_cm_t *cm, uint64_t count)
+{
+    return cm->buf + (size_t)cm->rx_slots * cm->slot_size +
+           (size_t)(count % cm->tx_slots) * cm->msg_max;
+}
+
+static ucs_status_t uct_rc_vqp_cm_post_recv(uct_rc_vqp_cm_t *cm)
+{
+    vqp_mlx5_sge_t sge;
+    int ret;
+
+    sge.addr   = (uintptr_t)uct_rc_vqp_cm_rx_slot(cm, cm->rx.head);
+    sge.length = (uint32_t)cm->slot_size;
+    sge.lkey   = cm->lkey;
+    ret        = vqp_mlx5_rxwq_post(&cm->rx, &sge, 1);
+    return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
+}
+
+/* ------------------------------------------------------ address handles */
+
+static int uct_rc_vqp_cm_addr_equal(const vqp_dev_addr_t *a,
+                                    const vqp_dev_addr_t *b)
+{
+    uint8_t pa[VQP_DEV_ADDR_PACKED_MAX], pb[VQP_DEV_ADDR_PACKED_MAX];
+    size_t la, lb;
+
+    return (vqp_dev_addr_pack(a, pa, sizeof(pa), &la) == UCS_OK) &&
+           (vqp_dev_addr_pack(b, pb, sizeof(pb), &lb) == UCS_OK) &&
+           (la == lb) && !memcmp(pa, pb, la);
+}
+
+/* The address handle towards @a addr, created on first use and kept until
+ * the interface closes (peers are few; connections to them are many). */
+static ucs_status_t uct_rc_vqp_cm_get_peer(uct_rc_vqp_iface_t *iface,
+                                           const vqp_dev_addr_t *addr,
+                                           uct_rc_vqp_cm_peer_t **peer_p)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_peer_t *peer, **peers;
+    ucs_status_t status;
+    unsigned i;
+
+    for (i = 0; i < cm->num_peers; ++i) {
+        if (uct_rc_vqp_cm_addr_equal(&cm->peers[i]->addr, addr)) {
+            *peer_p = cm->peers[i];
+            return UCS_OK;
+        }
+    }
+    peers = ucs_realloc(cm->peers, sizeof(*peers) * (cm->num_peers + 1),
+                        "rc_vqp_cm_peers");
+    if (peers == NULL) {
+        ucs_error("rc_vqp cm: out of memory for a peer table entry");
+        return UCS_ERR_NO_MEMORY;
+    }
+    cm->peers = peers;
+    peer      = ucs_calloc(1, sizeof(*peer), "rc_vqp_cm_peer");
+    if (peer == NULL) {
+        ucs_error("rc_vqp cm: out of memory for a peer");
+        return UCS_ERR_NO_MEMORY;
+    }
+    peer->addr = *addr;
+    status     = vqp_dev_ah_create(iface->dev, addr, &peer->ah, &peer->av);
+    if (status != UCS_OK) {
+        ucs_free(peer);
+        return status;
+    }
+    cm->peers[cm->num_peers++] = peer;
+    *peer_p                    = peer;
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------- sending */
+
+/* One datagram to @a peer / @a qpn. No room (all send buffers in flight) or
+ * a datagram too large fails; the REQ's retries cover the first case. */
+static ucs_status_t uct_rc_vqp_cm_send(uct_rc_vqp_iface_t *iface,
+                                       uct_rc_vqp_cm_peer_t *peer, uint32_t qpn,
+                                       unsigned type, uint64_t id,
+                                       const vqp_t *vqp, ucs_status_t reject)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    char *msg           = uct_rc_vqp_cm_tx_slot(cm, cm->tx_posted);
+    uct_rc_vqp_cm_hdr_t hdr;
+    vqp_dev_addr_t dev_addr;
+    size_t dev_len, vqp_len = 0;
+    vqp_mlx5_sge_t sge;
+    ucs_status_t status;
+    int ret;
+
+    if (cm->tx_posted - cm->tx_done >= cm->tx_slots) {
+        ucs_debug("rc_vqp cm: no send buffer for a %s to qpn 0x%x",
+                  uct_rc_vqp_cm_type_str(type), qpn);
+        return UCS_ERR_NO_RESOURCE;
+    }
+    vqp_dev_address(iface->dev, &dev_addr);
+    status = vqp_dev_addr_pack(&dev_addr, msg + sizeof(hdr),
+                               cm->msg_max - sizeof(hdr), &dev_len);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (vqp != NULL) {
+        status =
+            vqp_address_pack(vqp, msg + sizeof(hdr) + dev_len,
+                             cm->msg_max - sizeof(hdr) - dev_len, &vqp_len);
+        if (status != UCS_OK) {
+            ucs_error("rc_vqp cm: the address of %u QPs does not fit a"
+                      " %zu-byte datagram: use fewer QPs (UCX_RC_VQP_NUM_QPS)",
+                      iface->vqp_params.num_qps, cm->msg_max);
+            return UCS_ERR_EXCEEDS_LIMIT;
+        }
+    }
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic        = UCT_RC_VQP_CM_MAGIC;
+    hdr.version      = UCT_RC_VQP_CM_VERSION;
+    hdr.type         = type;
+    hdr.src_qpn      = htole32(cm->qpn);
+    hdr.id           = htole64(id);
+    hdr.status       = (int16_t)htole16((uint16_t)reject);
+    hdr.dev_addr_len = (uint8_t)dev_len;
+    hdr.vqp_addr_len = htole16((uint16_t)vqp_len);
+    if (type == UCT_RC_VQP_CM_REQ) {
+        hdr.lb      = (uint8_t)iface->vqp_params.lb;
+        hdr.num_qps = htole32(iface->vqp_params.num_qps);
+    }
+    memcpy(msg, &hdr, sizeof(hdr));
+
+    sge.addr   = (uintptr_t)msg;
+    sge.length = (uint32_t)(sizeof(hdr) + dev_len + vqp_len);
+    sge.lkey   = cm->lkey;
+    ret = vqp_mlx5_post_ud_send(&cm->tx, &peer->av, qpn, cm->qkey, &sge, 1,
+                                VQP_MLX5_SIGNALED);
+    if (ret < 0) {
+        ucs_debug("rc_vqp cm: %s to qpn 0x%x not posted: %s",
+                  uct_rc_vqp_cm_type_str(type), qpn,
+                  ucs_status_string((ucs_status_t)ret));
+        return (ucs_status_t)ret;
+    }
+    ++cm->tx_posted;
+    ucs_trace("rc_vqp cm: %s id 0x%lx to qpn 0x%x (%u bytes)",
+              uct_rc_vqp_cm_type_str(type), id, qpn, sge.length);
+    return UCS_OK;
+}
+
+static void uct_rc_vqp_cm_conn_unlist(uct_rc_vqp_cm_conn_t *conn)
+{
+    if (conn->listed) {
+        ucs_list_del(&conn->list);
+        conn->listed = 0;
+    }
+}
+
+static ucs_status_t uct_rc_vqp_cm_send_req(uct_rc_vqp_iface_t *iface,
+                                           uct_rc_vqp_cm_conn_t *conn)
+{
+    ++conn->attempts;
+    ++iface->cm.stats.reqs_sent;
+    return uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn,
+                              UCT_RC_VQP_CM_REQ, conn->id, conn->ep->vqp,
+                              UCS_OK);
+}
+
+/* ------------------------------------------------------ receiving */
+
+static uct_rc_vqp_cm_conn_t *
+uct_rc_vqp_cm_find(khash_t(uct_rc_vqp_cm_conns) * map, uint64_t id)
+{
+    khiter_t it = kh_get(uct_rc_vqp_cm_conns, map, id);
+
+    return (it == kh_end(map)) ? NULL : kh_val(map, it);
+}
+
+static ucs_status_t uct_rc_vqp_cm_insert(khash_t(uct_rc_vqp_cm_conns) * map,
+                                         uct_rc_vqp_cm_conn_t *conn)
+{
+    int ret;
+    khiter_t it = kh_put(uct_rc_vqp_cm_conns, map, conn->id, &ret);
+
+    if (ret == -1) {
+        ucs_error("rc_vqp cm: out of memory for a connection table entry");
+        return UCS_ERR_NO_MEMORY;
+    }
+    if (ret == 0) {
+        ucs_error("rc_vqp cm: connection id 0x%lx is in use", conn->id);
+        return UCS_ERR_ALREADY_EXISTS;
+    }
+    kh_val(map, it) = conn;
+    return UCS_OK;
+}
+
+static void uct_rc_vqp_cm_remove(khash_t(uct_rc_vqp_cm_conns) * map,
+                                 uint64_t id)
+{
+    khiter_t it = kh_get(uct_rc_vqp_cm_conns, map, id);
+
+    if (it != kh_end(map)) {
+        kh_del(uct_rc_vqp_cm_conns, map, it);
+    }
+}
+
+/* A request from a peer: a new passive endpoint, or the answer again. */
+static void uct_rc_vqp_cm_handle_req(uct_rc_vqp_iface_t *iface,
+                                     const uct_rc_vqp_cm_hdr_t *hdr,
+                                     uct_rc_vqp_cm_peer_t *peer,
+                                     const void *vqp_addr)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uint64_t id         = le64toh(hdr->id);
+    uint32_t src_qpn    = le32toh(hdr->src_qpn);
+    uint32_t num_qps    = le32toh(hdr->num_qps);
+    uct_ep_params_t ep_params;
+    uct_rc_vqp_cm_conn_t *conn;
+    vqp_params_t params;
+    uct_ep_h tl_ep;
+    uct_rc_vqp_ep_t *ep;
+    ucs_status_t status;
+
+    ++cm->stats.reqs_received;
+    conn = uct_rc_vqp_cm_find(&cm->passive, id);
+    if (conn != NULL) {
+        /* Our REP was lost or is late: say it again. */
+        ++cm->stats.dup_reqs;
+        uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn, UCT_RC_VQP_CM_REP,
+                           id, conn->ep->vqp, UCS_OK);
+        return;
+    }
+    if ((num_qps == 0) || (num_qps > UCT_RC_VQP_CM_MAX_QPS) ||
+        ((hdr->lb != VQP_LB_DQPLB) && (hdr->lb != VQP_LB_SPRAY))) {
+        ucs_error("rc_vqp cm: request 0x%lx for %u QPs with scheme %u:"
+                  " need 1..%d QPs and dqplb or spray",
+                  id, num_qps, hdr->lb, UCT_RC_VQP_CM_MAX_QPS);
+        status = UCS_ERR_INVALID_PARAM;
+        goto reject;
+    }
+
+    /* The passive side follows the requester's QP count and scheme, so
+     * interfaces configured differently still connect. */
+    params               = iface->vqp_params;
+    params.num_qps       = num_qps;
+    params.lb            = (vqp_lb_t)hdr->lb;
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
+    ep_params.iface      = &iface->super.super;
+    cm->passive_params   = &params;
+    status               = uct_ep_create(&ep_params, &tl_ep);
+    cm->passive_params   = NULL;
+    if (status != UCS_OK) {
+        goto reject;
+    }
+    ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    ep->flags |= UCT_RC_VQP_EP_PASSIVE;
+
+    conn = ucs_calloc(1, sizeof(*conn), "rc_vqp_cm_conn");
+    if (conn == NULL) {
+        ucs_error("rc_vqp cm: out of memory for a connection");
+        status = UCS_ERR_NO_MEMORY;
+        goto err_ep;
+    }
+    conn->ep       = ep;
+    conn->peer     = peer;
+    conn->peer_qpn = src_qpn;
+    conn->id       = id;
+    conn->passive  = 1;
+    ep->conn       = conn;
+    status         = uct_rc_vqp_cm_insert(&cm->passive, conn);
+    if (status != UCS_OK) {
+        ep->conn = NULL;
+        ucs_free(conn);
+        goto err_ep;
+    }
+    status =
+        uct_rc_vqp_ep_connect_vqp(ep, vqp_addr, le16toh(hdr->vqp_addr_len));
+    if (status != UCS_OK) {
+        goto err_ep;
+    }
+    ucs_debug("rc_vqp cm: passive ep %p for request 0x%lx (%u QPs, %s)", ep, id,
+              num_qps, (hdr->lb == VQP_LB_SPRAY) ? "spray" : "dqplb");
+    uct_rc_vqp_cm_send(iface, peer, src_qpn, UCT_RC_VQP_CM_REP, id, ep->vqp,
+                       UCS_OK);
+    return;
+
+err_ep:
+    uct_ep_destroy(tl_ep);
+reject:
+    uct_rc_vqp_cm_send(iface, peer, src_qpn, UCT_RC_VQP_CM_REJ, id, NULL,
+                       status);
+}
+
+static void uct_rc_vqp_cm_handle_rep(uct_rc_vqp_iface_t *iface,
+                                     const uct_rc_vqp_cm_hdr_t *hdr,
+                                     const void *vqp_addr)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uint64_t id         = le64toh(hdr->id);
+    uct_rc_vqp_cm_conn_t *conn;
+    ucs_status_t status;
+
+    ++cm->stats.reps_received;
+    conn = uct_rc_vqp_cm_find(&cm->active, id);
+    if ((conn == NULL) || !conn->listed) {
+        ++cm->stats.dup_reps; /* connected already, or gone */
+        return;
+    }
+    uct_rc_vqp_cm_conn_unlist(conn);
+    status = uct_rc_vqp_ep_connect_vqp(conn->ep, vqp_addr,
+                                       le16toh(hdr->vqp_addr_len));
+    if (status != UCS_OK) {
+        uct_rc_vqp_ep_set_failed(conn->ep, status);
+        return;
+    }
+    ucs_debug("rc_vqp cm: ep %p connected (request 0x%lx, %u attempts)",
+              conn->ep, id, conn->attempts);
+}
+
+static void uct_rc_vqp_cm_handle_rej(uct_rc_vqp_iface_t *iface,
+                                     const uct_rc_vqp_cm_hdr_t *hdr)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uint64_t id         = le64toh(hdr->id);
+    ucs_status_t status = (int16_t)le16toh((uint16_t)hdr->status);
+    uct_rc_vqp_cm_conn_t *conn;
+
+    ++cm->stats.rejects_received;
+    conn = uct_rc_vqp_cm_find(&cm->active, id);
+    if ((conn == NULL) || !conn->listed) {
+        return;
+    }
+    if ((status >= 0) || (status <= UCS_ERR_LAST)) {
+        status = UCS_ERR_REJECTED;
+    }
+    ucs_error("rc_vqp cm: ep %p: the peer rejected the connection: %s",
+              conn->ep, ucs_status_string(status));
+    uct_rc_vqp_cm_conn_unlist(conn);
+    uct_rc_vqp_ep_set_failed(conn->ep, status);
+}
+
+static void uct_rc_vqp_cm_handle_disc(uct_rc_vqp_iface_t *iface,
+                                      const uct_rc_vqp_cm_hdr_t *hdr)
+{
+    uct_rc_vqp_cm_conn_t *conn;
+
+    ++iface->cm.stats.discs_received;
+    conn = uct_rc_vqp_cm_find(&iface->cm.passive, le64toh(hdr->id));
+    if (conn != NULL) {
+        ucs_debug("rc_vqp cm: peer closed request 0x%lx: passive ep %p gone",
+                  conn->id, conn->ep);
+        uct_ep_destroy(&conn->ep->super.super);
+    }
+}
+
+static void uct_rc_vqp_cm_handle_msg(uct_rc_vqp_iface_t *iface, const char *msg,
+                                     size_t len)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_peer_t *peer;
+    uct_rc_vqp_cm_hdr_t hdr;
+    vqp_dev_addr_t dev_addr;
+    ucs_status_t status;
+    size_t used;
+
+    if (len < sizeof(hdr)) {
+        ucs_diag("rc_vqp cm: datagram of %zu bytes is shorter than a header",
+                 len);
+        goto drop;
+    }
+    memcpy(&hdr, msg, sizeof(hdr));
+    if ((hdr.magic != UCT_RC_VQP_CM_MAGIC) ||
+        (hdr.version != UCT_RC_VQP_CM_VERSION) ||
+        (sizeof(hdr) + hdr.dev_addr_len + le16toh(hdr.vqp_addr_len) > len)) {
+        ucs_diag("rc_vqp cm: datagram (magic 0x%x version %u type %u, %zu"
+                 " bytes) is not a valid message of version %d",
+                 hdr.magic, hdr.version, hdr.type, len, UCT_RC_VQP_CM_VERSION);
+        goto drop;
+    }
+    status = vqp_dev_addr_unpack(msg + sizeof(hdr), hdr.dev_addr_len, &dev_addr,
+                                 &used);
+    if (status != UCS_OK) {
+        ucs_diag("rc_vqp cm: %s with an invalid sender address",
+                 uct_rc_vqp_cm_type_str(hdr.type));
+        goto drop;
+    }
+    ucs_trace("rc_vqp cm: %s id 0x%lx from qpn 0x%x",
+              uct_rc_vqp_cm_type_str(hdr.type), le64toh(hdr.id),
+              le32toh(hdr.src_qpn));
+    switch (hdr.type) {
+    case UCT_RC_VQP_CM_REQ:
+        if (uct_rc_vqp_cm_get_peer(iface, &dev_addr, &peer) != UCS_OK) {
+            goto drop;
+        }
+        uct_rc_vqp_cm_handle_req(iface, &hdr, peer,
+                                 msg + sizeof(hdr) + hdr.dev_addr_len);
+        return;
+    case UCT_RC_VQP_CM_REP:
+        uct_rc_vqp_cm_handle_rep(iface, &hdr,
+                                 msg + sizeof(hdr) + hdr.dev_addr_len);
+        return;
+    case UCT_RC_VQP_CM_REJ:
+        uct_rc_vqp_cm_handle_rej(iface, &hdr);
+        return;
+    case UCT_RC_VQP_CM_DISC:
+        uct_rc_vqp_cm_handle_disc(iface, &hdr);
+        return;
+    default:
+        ucs_diag("rc_vqp cm: datagram of unknown type %u", hdr.type);
+        break;
+    }
+drop:
+    ++cm->stats.dropped;
+}
+
+/* ------------------------------------------------------------ progress */
+
+static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    ucs_time_t now      = ucs_get_time();
+    uct_rc_vqp_cm_conn_t *conn, *tmp;
+    double interval;
+
+    ucs_list_for_each_safe(conn, tmp, &cm->connecting, list)
+    {
+        if (conn->ep->flags & UCT_RC_VQP_EP_FAILED) {
+            uct_rc_vqp_cm_conn_unlist(conn); /* canceled by the user */
+        } else if ((int64_t)(now - conn->deadline) >= 0) {
+            ++cm->stats.timeouts;
+            ucs_diag("rc_vqp cm: ep %p: no answer from qpn 0x%x after %u"
+                     " requests in %.1f s",
+                     conn->ep, conn->peer_qpn, conn->attempts, cm->timeout);
+            uct_rc_vqp_cm_conn_unlist(conn);
+            uct_rc_vqp_ep_set_failed(conn->ep, UCS_ERR_ENDPOINT_TIMEOUT);
+        } else if ((int64_t)(now - conn->next_send) >= 0) {
+            uct_rc_vqp_cm_send_req(iface, conn);
+            interval =
+                ucs_min(cm->retry_interval *
+                            (double)(1ul << ucs_min(conn->attempts, 20u)),
+                        UCT_RC_VQP_CM_BACKOFF);
+            conn->next_send = now + ucs_time_from_sec(interval);
+        }
+    }
+}
+
+unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    struct mlx5_cqe64 *cqe;
+    uct_rc_vqp_cm_conn_t *conn;
+    unsigned count = 0, posted = 0;
+    uint16_t index;
+    uint32_t len;
+    uint8_t opcode;
+    ucs_status_t status;
+
+    while ((count < UCT_RC_VQP_CM_POLL) &&
+           ((cqe = vqp_mlx5_cq_poll(&cm->cq)) != NULL)) {
+        ++count;
+        opcode = vqp_mlx5_cqe_opcode(cqe);
+        status = vqp_mlx5_cqe_status(cqe);
+        index  = vqp_mlx5_cqe_wqe_counter(cqe);
+        if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
+            /* Every datagram is signaled: one CQE frees one buffer. */
+            vqp_mlx5_txwq_complete(&cm->tx, index);
+            ++cm->tx_done;
+            continue;
+        }
+        vqp_mlx5_rxwq_complete(&cm->rx, index);
+        if (status == UCS_OK) {
+            len = vqp_mlx5_cqe_byte_cnt(cqe);
+            if (len >= VQP_DEV_UD_GRH_LEN) {
+                uct_rc_vqp_cm_handle_msg(iface,
+                                         uct_rc_vqp_cm_rx_slot(cm, index) +
+                                             VQP_DEV_UD_GRH_LEN,
+                                         len - VQP_DEV_UD_GRH_LEN);
+            }
+        } else if (status == UCS_ERR_CANCELED) {
+            continue; /* flushed: the QP is going away */
+        }
+        if (uct_rc_vqp_cm_post_recv(cm) == UCS_OK) {
+            ++posted;
+        }
+    }
+    if (count != 0) {
+        vqp_mlx5_cq_update_ci(&cm->cq);
+        if (posted != 0) {
+            vqp_mlx5_rxwq_ring(&cm->rx);
+        }
+    }
+    if (ucs_unlikely(!ucs_list_is_empty(&cm->connecting))) {
+        uct_rc_vqp_cm_timers(iface);
+    }
+    while (ucs_unlikely(!ucs_list_is_empty(&cm->doomed))) {
+        conn = ucs_list_head(&cm->doomed, uct_rc_vqp_cm_conn_t, list);
+        uct_rc_vqp_cm_conn_unlist(conn);
+        ucs_debug("rc_vqp cm: passive ep %p of request 0x%lx failed:"
+                  " destroyed",
+                  conn->ep, conn->id);
+        uct_ep_destroy(&conn->ep->super.super);
+        ++count;
+    }
+    return count;
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+ucs_status_t uct_rc_vqp_cm_connect(uct_rc_vqp_ep_t *ep,
+                                   const vqp_dev_addr_t *dev_addr, uint32_t qpn)
+{
+    uct_rc_vqp_iface_t *iface =
+        ucs_derived_of(ep->super.super.iface, uct_rc_vqp_iface_t);
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_conn_t *conn;
+    ucs_status_t status;
+    ucs_time_t now;
+
+    conn = ucs_calloc(1, sizeof(*conn), "rc_vqp_cm_conn");
+    if (conn == NULL) {
+        ucs_error("rc_vqp cm: out of memory for a connection");
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = uct_rc_vqp_cm_get_peer(iface, dev_addr, &conn->peer);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+    conn->ep       = ep;
+    conn->peer_qpn = qpn;
+    do {
+        conn->id = ucs_generate_uuid((uintptr_t)conn);
+    } while ((conn->id == 0) ||
+             (uct_rc_vqp_cm_find(&cm->active, conn->id) != NULL));
+    status = uct_rc_vqp_cm_insert(&cm->active, conn);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+    ep->conn = conn;
+    ep->flags |= UCT_RC_VQP_EP_NOT_READY;
+
+    /* A datagram that cannot go now (no send buffer) goes at the first
+     * retry; an address too large for a datagram never will. */
+    status = uct_rc_vqp_cm_send_req(iface, conn);
+    if (status == UCS_ERR_EXCEEDS_LIMIT) {
+        uct_rc_vqp_cm_remove(&cm->active, conn->id);
+        ep->conn = NULL;
+        goto err_free;
+    }
+    now             = ucs_get_time();
+    conn->next_send = now + ucs_time_from_sec(cm->retry_interval);
+    conn->deadline  = now + ucs_time_from_sec(cm->timeout);
+    ucs_list_add_tail(&cm->connecting, &conn->list);
+    conn->listed = 1;
+    ucs_debug("rc_vqp cm: ep %p connecting to qpn 0x%x, request 0x%lx", ep, qpn,
+              conn->id);
+    return UCS_OK;
+
+err_free:
+    ucs_free(conn);
+    return status;
+}
+
+void uct_rc_vqp_cm_ep_cleanup(uct_rc_vqp_ep_t *ep)
+{
+    uct_rc_vqp_iface_t *iface =
+        ucs_derived_of(ep->super.super.iface, uct_rc_vqp_iface_t);
+    uct_rc_vqp_cm_conn_t *conn = ep->conn;
+
+    if (conn == NULL) {
+        return;
+    }
+    uct_rc_vqp_cm_conn_unlist(conn);
+    if (conn->passive) {
+        uct_rc_vqp_cm_remove(&iface->cm.passive, conn->id);
+    } else {
+        uct_rc_vqp_cm_remove(&iface->cm.active, conn->id);
+        /* Best effort: a lost DISC leaves the peer's passive endpoint until
+         * its interface closes. Also sent for a connection that never got
+         * its REP: the peer may have created the endpoint anyway. */
+        uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn,
+                           UCT_RC_VQP_CM_DISC, conn->id, NULL, UCS_OK);
+    }
+    ep->conn = NULL;
+    ucs_free(conn);
+}
+
+void uct_rc_vqp_cm_ep_failed(uct_rc_vqp_ep_t *ep)
+{
+    uct_rc_vqp_iface_t *iface =
+        ucs_derived_of(ep->super.super.iface, uct_rc_vqp_iface_t);
+    uct_rc_vqp_cm_conn_t *conn = ep->conn;
+
+    if ((conn == NULL) || !conn->passive || conn->listed) {
+        return;
+    }
+    ucs_list_add_tail(&iface->cm.doomed, &conn->list);
+    conn->listed = 1;
+}
+
+/* ------------------------------------------------------------ interface */
+
+void uct_rc_vqp_cm_get_iface_address(uct_rc_vqp_iface_t *iface,
+                                     uct_rc_vqp_iface_addr_t *addr)
+{
+    addr->qpn_ver =
+        htole32(iface->cm.qpn | ((uint32_t)UCT_RC_VQP_CM_VERSION << 24));
+}
+
+ucs_status_t uct_rc_vqp_cm_unpack_iface_address(const void *buf,
+                                                uint32_t *qpn_p)
+{
+    uct_rc_vqp_iface_addr_t addr;
+    uint32_t value;
+
+    memcpy(&addr, buf, sizeof(addr));
+    value = le32toh(addr.qpn_ver);
+    if ((value >> 24) != UCT_RC_VQP_CM_VERSION) {
+        /* Not an error here: is_reachable asks about any address. */
+        ucs_debug("rc_vqp: interface address of version %u, expected %d",
+                  value >> 24, UCT_RC_VQP_CM_VERSION);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *qpn_p = value & 0xffffff;
+    return UCS_OK;
+}
+
+ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    vqp_dev_ud_qp_init_t init;
+    struct mlx5dv_qp dv_qp;
+    struct mlx5dv_cq dv_cq;
+    vqp_dev_qp_caps_t caps;
+    vqp_dev_attr_t attr;
+    ucs_status_t status;
+    size_t size;
+    uint32_t rkey;
+    unsigned i;
+
+    memset(cm, 0, sizeof(*cm));
+    kh_init_inplace(uct_rc_vqp_cm_conns, &cm->active);
+    kh_init_inplace(uct_rc_vqp_cm_conns, &cm->passive);
+    ucs_list_head_init(&cm->connecting);
+    ucs_list_head_init(&cm->doomed);
+    cm->qkey           = UCT_RC_VQP_CM_QKEY;
+    cm->timeout        = timeout;
+    cm->retry_interval = ucs_min(0.05, timeout / 8);
+    cm->rx_slots       = UCT_RC_VQP_CM_RX_SLOTS;
+    cm->tx_slots       = UCT_RC_VQP_CM_TX_SLOTS;
+
+    vqp_dev_query(iface->dev, &attr);
+    cm->msg_max = ucs_min((size_t)attr.max_ud_msg, UCT_RC_VQP_CM_MSG_MAX);
+    if (cm->msg_max < 256) {
+        ucs_error("rc_vqp cm: device %s carries datagrams of %u bytes, at"
+                  " least 256 are needed",
+                  attr.name, attr.max_ud_msg);
+        status = UCS_ERR_UNSUPPORTED;
+        goto err;
+    }
+    cm->slot_size = VQP_DEV_UD_GRH_LEN + cm->msg_max;
+    size    = (size_t)cm->rx_slots * cm->slot_size + cm->tx_slots * cm->msg_max;
+    cm->buf = ucs_malloc(size, "rc_vqp_cm_buf");
+    if (cm->buf == NULL) {
+        ucs_error("rc_vqp cm: out of memory for %zu bytes of buffers", size);
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+    status = vqp_dev_mr_reg(iface->dev, cm->buf, size, IBV_ACCESS_LOCAL_WRITE,
+                            &cm->mr, &cm->lkey, &rkey);
+    if (status != UCS_OK) {
+        goto err_buf;
+    }
+    status = vqp_dev_cq_create(iface->dev, 2 * (cm->rx_slots + cm->tx_slots),
+                               &cm->dev_cq, &dv_cq);
+    if (status != UCS_OK) {
+        goto err_mr;
+    }
+    status = vqp_mlx5_cq_init(&cm->cq, &dv_cq);
+    if (status != UCS_OK) {
+        goto err_cq;
+    }
+    memset(&init, 0, sizeof(init));
+    init.send_cq      = cm->dev_cq;
+    init.recv_cq      = cm->dev_cq;
+    init.max_send_wr  = 2 * cm->tx_slots; /* 2 BBs per datagram */
+    init.max_send_sge = 1;
+    init.max_recv_wr  = cm->rx_slots;
+    init.max_recv_sge = 1;
+    init.max_inline   = 0;
+    init.qkey         = cm->qkey;
+    status =
+        vqp_dev_ud_qp_create(iface->dev, &init, &cm->dev_qp, &dv_qp, &caps);
+    if (status != UCS_OK) {
+        goto err_cq;
+    }
+    cm->qpn = caps.qpn;
+    status =
+        vqp_mlx5_txwq_init(&cm->tx, &dv_qp, caps.qpn, 0, 1, VQP_MLX5_DB_BF);
+    if (status != UCS_OK) {
+        goto err_qp;
+    }
+    status = vqp_mlx5_rxwq_init(&cm->rx, &dv_qp);
+    if (status != UCS_OK) {
+        goto err_qp;
+    }
+    cm->rx_slots = ucs_min(cm->rx_slots, (unsigned)cm->rx.mask + 1);
+    for (i = 0; i < cm->rx_slots; ++i) {
+        status = uct_rc_vqp_cm_post_recv(cm);
+        if (status != UCS_OK) {
+            goto err_qp;
+        }
+    }
+    vqp_mlx5_rxwq_ring(&cm->rx);
+    ucs_debug("rc_vqp cm: interface %p listens on UD qpn 0x%x", iface, cm->qpn);
+    return UCS_OK;
+
+err_qp:
+    vqp_dev_qp_destroy(cm->dev_qp);
+err_cq:
+    vqp_dev_cq_destroy(cm->dev_cq);
+err_mr:
+    vqp_dev_mr_dereg(cm->mr);
+err_buf:
+    ucs_free(cm->buf);
+err:
+    kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->active);
+    kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->passive);
+    return status;
+}
+
+void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_conn_t *conn;
+    unsigned i;
+
+    /* Passive endpoints are ours; the user's endpoints should be gone. */
+    kh_foreach_value(&cm->passive, conn,
+                     { uct_ep_destroy(&conn->ep->super.super); });
+    ucs_debug("rc_vqp cm: %lu REQs sent, %lu received (%lu again), %lu REPs"
+              " (%lu late), %lu REJs, %lu DISCs, %lu timeouts, %lu dropped",
+              cm->stats.reqs_sent, cm->stats.reqs_received, cm->stats.dup_reqs,
+              cm->stats.reps_received, cm->stats.dup_reps,
+              cm->stats.rejects_received, cm->stats.discs_received,
+              cm->stats.timeouts, cm->stats.dropped);
+    vqp_dev_qp_destroy(cm->dev_qp);
+    vqp_dev_cq_destroy(cm->dev_cq);
+    vqp_dev_mr_dereg(cm->mr);
+    ucs_free(cm->buf);
+    for (i = 0; i < cm->num_peers; ++i) {
+        vqp_dev_ah_destroy(cm->peers[i]->ah);
+        ucs_free(cm->peers[i]);
+    }
+    ucs_free(cm->peers);
+    kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->active);
+    kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->passive);
+}
