@@ -175,6 +175,11 @@ ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr);
 /* Operations vqp_post_send can accept right now (0: UCS_ERR_NO_RESOURCE). */
 unsigned vqp_send_avail(const vqp_t *vqp);
 
+/* The same for an operation with VQP_SEND_INLINE and @a flags (its
+ * VQP_SEND_FENCE counts): inline data must go into a WQE within the call, so
+ * it also needs room on the send QP with nothing waiting ahead of it. */
+unsigned vqp_send_avail_inline(const vqp_t *vqp, unsigned flags);
+
 /* Operations posted and not reported yet (0: nothing to flush). */
 unsigned vqp_ops_in_flight(const vqp_t *vqp);
 

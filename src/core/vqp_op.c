@@ -414,25 +414,20 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped_any(vqp_t *vqp, vqp_op_t *op,
     }
 }
 
-/* Operations complete in posting order, and the send QP carries only
- * unstriped operations: when its newest WQE is unsignaled, no CQE will cover
- * it until another unstriped operation comes, and a striped operation posted
- * after it (on the data QPs) could never be reported. A signaled NOP that
- * belongs to no operation covers it. Returns 0 when the QP has no room for
- * the NOP yet (a signaled WQE is in flight then: the ring signals at least
- * every half of it). */
-static UCS_F_ALWAYS_INLINE int vqp_send_qp_covered(const vqp_t *vqp)
+static UCS_F_ALWAYS_INLINE int vqp_qp_covered(const vqp_pqp_t *pqp)
 {
-    const vqp_pqp_t *pqp = vqp->send_qp;
-
     /* Nothing in flight, or the newest WQE has a CQE coming. */
     return !pqp->alive || (pqp->frag_head == pqp->frag_tail) ||
            (pqp->tx.sig_left == pqp->tx.sig_every);
 }
 
-static int vqp_cover_send_qp(vqp_t *vqp)
+static UCS_F_ALWAYS_INLINE int vqp_send_qp_covered(const vqp_t *vqp)
 {
-    vqp_pqp_t *pqp = vqp->send_qp;
+    return vqp_qp_covered(vqp->send_qp);
+}
+
+static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
+{
     vqp_frag_t *frag;
     int ret;
 
@@ -449,6 +444,32 @@ static int vqp_cover_send_qp(vqp_t *vqp)
     frag->seq_valid = 0;
     frag->wqe       = (uint16_t)ret;
     return 1;
+}
+
+/* Operations complete in posting order, and the send QP carries only
+ * unstriped operations: when its newest WQE is unsignaled, no CQE will cover
+ * it until another unstriped operation comes, and a striped operation posted
+ * after it (on the data QPs) could never be reported. A signaled NOP that
+ * belongs to no operation covers it. Returns 0 when the QP has no room for
+ * the NOP yet (a signaled WQE is in flight then: the ring signals at least
+ * every half of it). */
+static int vqp_cover_send_qp(vqp_t *vqp)
+{
+    return vqp_cover_qp(vqp, vqp->send_qp);
+}
+
+/* A fenced inline operation was refused because earlier ones are still in
+ * flight: make sure each of them has a CQE coming, or the refusal would
+ * last forever. Later refusals find the QPs covered and post nothing. */
+static void vqp_cover_all(vqp_t *vqp)
+{
+    unsigned i;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        if (!vqp_qp_covered(&vqp->qps[i])) {
+            vqp_cover_qp(vqp, &vqp->qps[i]);
+        }
+    }
 }
 
 /* Post what @a op still needs. Returns 1 when nothing of it is left to post
@@ -1062,6 +1083,14 @@ static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op)
 
 /* Every check and case: inline data, fences, flushes, SENDs and atomics,
  * operations queued behind others, dead QPs. */
+/* An inline operation can go into a WQE now. */
+static UCS_F_ALWAYS_INLINE int vqp_inline_room(const vqp_t *vqp, unsigned flags)
+{
+    return (vqp->op_disp == vqp->op_tail) && vqp->send_qp->alive &&
+           vqp_pqp_has_room(vqp->send_qp) &&
+           (!(flags & VQP_SEND_FENCE) || (vqp->op_head == vqp->op_disp));
+}
+
 static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
     ucs_status_t status;
@@ -1090,12 +1119,12 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
     if (ucs_unlikely(vqp_send_avail(vqp) == 0)) {
         return UCS_ERR_NO_RESOURCE;
     }
-    if ((wr->flags & VQP_SEND_INLINE) &&
-        ((vqp->op_disp != vqp->op_tail) || !vqp->send_qp->alive ||
-         !vqp_pqp_has_room(vqp->send_qp) ||
-         ((wr->flags & VQP_SEND_FENCE) && (vqp->op_head != vqp->op_disp)))) {
+    if ((wr->flags & VQP_SEND_INLINE) && !vqp_inline_room(vqp, wr->flags)) {
         /* The data lives in the caller's buffer only during this call: it
          * must go into a WQE now or not at all. */
+        if ((wr->flags & VQP_SEND_FENCE) && (vqp->op_head != vqp->op_disp)) {
+            vqp_cover_all(vqp);
+        }
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -1190,6 +1219,11 @@ unsigned vqp_send_avail(const vqp_t *vqp)
         VQP_RING_COUNT(vqp->op_head, vqp->op_tail) + vqp->wc_pending_ops;
 
     return (used >= vqp->max_ops) ? 0 : vqp->max_ops - used;
+}
+
+unsigned vqp_send_avail_inline(const vqp_t *vqp, unsigned flags)
+{
+    return vqp_inline_room(vqp, flags) ? vqp_send_avail(vqp) : 0;
 }
 
 unsigned vqp_ops_in_flight(const vqp_t *vqp)

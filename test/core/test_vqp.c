@@ -729,6 +729,109 @@ static void test_fence_after_unsignaled(void **state)
     pair_destroy(&p);
 }
 
+/* An unsignaled small operation on the send QP, then a striped one on the
+ * data QPs: the striped one must complete although nothing else goes to the
+ * send QP (its report waits for the small one, which needs a CQE). Many
+ * such pairs must not fill the operation ring either. */
+static void run_unsignaled_before_striped(unsigned num_qps, vqp_lb_t lb)
+{
+    vqp_params_t params = base_params(num_qps, lb);
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, BUF_SIZE, 8);
+    memset(p.b.buf, 0, BUF_SIZE);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 8);
+    wr.flags = VQP_SEND_INLINE; /* like put_short */
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 4096, 4096, 256 * 1024);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 2);
+    assert_int_equal(p.a.wcs[0].status, UCS_OK);
+    assert_memory_equal(p.a.buf, p.b.buf, 8);
+    assert_memory_equal(p.a.buf + 4096, p.b.buf + 4096, 256 * 1024);
+
+    /* More pairs than the operation ring holds, none signaled. */
+    for (i = 0; i < 3 * params.max_ops; ++i) {
+        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 10 + i, 0, 0, 8);
+        wr.flags = VQP_SEND_INLINE;
+        while (vqp_post_send(p.a.vqp, &wr) == UCS_ERR_NO_RESOURCE) {
+            pair_idle(&p, 1);
+        }
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 20 + i, 8192, 8192, 64 * 1024);
+        wr.flags = 0;
+        while (vqp_post_send(p.a.vqp, &wr) == UCS_ERR_NO_RESOURCE) {
+            pair_idle(&p, 1);
+        }
+    }
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 99, 4096, 4096, 256 * 1024);
+    while (vqp_post_send(p.a.vqp, &wr) == UCS_ERR_NO_RESOURCE) {
+        pair_idle(&p, 1);
+    }
+    pair_wait(&p, 2, 0);
+    assert_int_equal(p.a.wcs[1].wr_id, 99);
+    assert_int_equal(p.a.wcs[1].status, UCS_OK);
+    pair_destroy(&p);
+}
+
+static void test_unsignaled_before_striped(void **state)
+{
+    run_unsignaled_before_striped(4, VQP_LB_DQPLB);
+    run_unsignaled_before_striped(4, VQP_LB_SPRAY);
+}
+
+/* A fenced inline operation after unsignaled ones is refused while they
+ * are in flight, and vqp_send_avail_inline says so; the refusal must make
+ * sure they complete, or it would last forever. */
+static void test_fenced_inline_after_unsignaled(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    unsigned steps, n, avail;
+    vqp_send_wr_t wr;
+    ucs_status_t st;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, 4096, 9);
+    memset(p.b.buf, 0, 4096);
+    assert_true(vqp_send_avail_inline(p.a.vqp, VQP_SEND_FENCE) > 0);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 8);
+    wr.flags = VQP_SEND_INLINE;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    assert_int_equal(vqp_send_avail_inline(p.a.vqp, VQP_SEND_FENCE), 0);
+    assert_true(vqp_send_avail_inline(p.a.vqp, 0) > 0);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 8, 8, 8);
+    wr.flags = VQP_SEND_INLINE | VQP_SEND_FENCE | VQP_SEND_SIGNALED;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_NO_RESOURCE);
+    for (steps = 0; vqp_send_avail_inline(p.a.vqp, VQP_SEND_FENCE) == 0;
+         ++steps) {
+        assert_true(steps < 1000000);
+        pair_idle(&p, 1);
+    }
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 2);
+    assert_memory_equal(p.a.buf, p.b.buf, 16);
+
+    /* Inline posts without progress until refused: vqp_send_avail_inline
+     * foretells every answer (UCT's pending_add relies on it). */
+    wr.flags = VQP_SEND_INLINE;
+    for (n = 0;; ++n) {
+        avail = vqp_send_avail_inline(p.a.vqp, 0);
+        st    = vqp_post_send(p.a.vqp, &wr);
+        assert_int_equal(avail != 0, st == UCS_OK);
+        if (st != UCS_OK) {
+            assert_int_equal(st, UCS_ERR_NO_RESOURCE);
+            break;
+        }
+        assert_true(n <= params.max_ops);
+    }
+    pair_destroy(&p);
+}
+
 /* One data QP fails: its fragments are replayed on the others, the user
  * sees only successes, with the data in place. */
 static void run_qp_failure(vqp_lb_t lb)
@@ -1216,6 +1319,8 @@ int main(void)
         cmocka_unit_test(test_unsignaled_and_flush_1qp),
         cmocka_unit_test(test_fence),
         cmocka_unit_test(test_fence_after_unsignaled),
+        cmocka_unit_test(test_unsignaled_before_striped),
+        cmocka_unit_test(test_fenced_inline_after_unsignaled),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_all_qps_fail),
