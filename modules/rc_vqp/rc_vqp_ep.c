@@ -51,10 +51,15 @@ static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_has_room(uct_rc_vqp_ep_t *ep)
            (vqp_send_avail(ep->vqp) != 0);
 }
 
-/* Room for one more operation and, for AMs, a credit. */
+/* Every operation would be accepted now: room, an AM credit, and room for
+ * inline data on the send QP. pending_add says BUSY only then, because UCP
+ * retries a BUSY at once, without progress. */
 static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_can_send(uct_rc_vqp_ep_t *ep)
 {
-    return uct_rc_vqp_ep_has_room(ep) && (ep->fc_credits > 0);
+    return !(ep->flags & UCT_RC_VQP_EP_NOT_READY) && (ep->fc_credits > 0) &&
+           (vqp_send_avail_inline(ep->vqp, (ep->flags & UCT_RC_VQP_EP_FENCE)
+                                               ? VQP_SEND_FENCE
+                                               : 0) != 0);
 }
 
 /* The immediate of an outgoing AM: its id and the credits owed. */

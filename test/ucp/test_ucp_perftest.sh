@@ -152,12 +152,18 @@ feature_of() {
 run() { # test size iterations [more ucx_perftest options]
     local t=$1 s=$2 n=$3 out rc final cfg why feat
     shift 3
-    local desc="$t -s $s -n $n $*"
-    out=$("$pair" "$module" -t "$t" -s "$s" -n "$n" "$@" 2>&1)
+    local desc="$t -s $s -n $n $*" level=info
+    feat=$(feature_of "$t")
+    # UCP prints no ep_cfg line for an endpoint of atomics only: read its
+    # lane table (debug level) instead.
+    [ "$feat" != amo ] || level=debug
+    out=$(UCX_LOG_LEVEL=$level "$pair" "$module" -t "$t" -s "$s" -n "$n" "$@" 2>&1)
     rc=$?
     final=$(grep '^Final:' <<<"$out" | tr -s ' ')
     cfg=$(grep -oE 'ep_cfg\[[0-9]+\]:.*' <<<"$out" | head -1)
-    feat=$(feature_of "$t")
+    if [ -z "$cfg" ] && [ "$feat" = amo ]; then
+        cfg=$(amo_cfg "$out")
+    fi
     # Features left out of UCP_LANES may be emulated (e.g. RMA over tcp).
     local emul=emul
     case " $lanes " in *" $feat "*) emul="" ;; esac
@@ -169,6 +175,15 @@ run() { # test size iterations [more ucx_perftest options]
     else
         ok "$desc: $why: $final"
     fi
+}
+
+# An "amo(res ...)" field built from the debug lane table ("lane[0]:
+# 0:rc_vqp/vqp_sw0.0 md[0] -> ... amo#0"), for feature_on.
+amo_cfg() {
+    local res
+    res=$(sed -nE 's/.*lane\[[0-9]+\]: +[0-9]+:([^ ]+) .* amo#[0-9].*/\1/p' <<<"$1" |
+        sed -E 's/\.[0-9]+$//' | awk '!seen[$0]++' | tr '\n' ' ' | sed 's/ $//')
+    [ -z "$res" ] || echo "lanes: amo($res)"
 }
 
 # Iterations for bandwidth runs: about 64 MB per run (CI) or 256 MB (full),
