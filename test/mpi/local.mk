@@ -1,7 +1,8 @@
 # Open MPI over UCX with rc_vqp (make check-mpi, check-mpi-full). test_mpi is
 # built with mpicc when configure finds it; the build works without MPI.
-# Not in TESTS yet, like check-ucp (see test/ucp/local.mk).
+# The CI subset runs in make check (it fails, not skips, without mpicc).
 dist_check_SCRIPTS += test/mpi/test_mpi.sh
+TESTS += test/mpi/test_mpi.sh
 EXTRA_DIST += test/mpi/test_mpi.c
 
 if HAVE_MPICC

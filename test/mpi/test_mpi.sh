@@ -20,6 +20,10 @@
 #   MPI_TIMEOUT          seconds per mpirun (default 180)
 set -u
 : "${top_builddir:?run through make (make check-mpi)}"
+# The heavy two-process tests (stock perftest, UCP, MPI) take turns under
+# 'make -j check': two at once on 2 cores starve each other's busy pollers.
+exec 9>"$top_builddir/heavy-tests.lock"
+flock 9
 module="$top_builddir/modules/rc_vqp/.libs/libuct_rc_vqp.so"
 prog="$top_builddir/test/mpi/test_mpi"
 mpirun=${MPIRUN:-mpirun}

@@ -8,6 +8,10 @@
 #   test_perftest.sh --full   the whole matrix, up to 64 MiB (make check-perftest-full)
 set -u
 : "${top_builddir:?run through make check}"
+# The heavy two-process tests (stock perftest, UCP, MPI) take turns under
+# 'make -j check': two at once on 2 cores starve each other's busy pollers.
+exec 9>"$top_builddir/heavy-tests.lock"
+flock 9
 module="$top_builddir/modules/rc_vqp/.libs/libuct_rc_vqp.so"
 pair="$top_srcdir/contrib/perftest-pair.sh"
 if [ "${ENABLE_ASAN:-no}" = yes ]; then

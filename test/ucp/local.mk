@@ -1,8 +1,8 @@
 # Stock ucx_perftest UCP tests over rc_vqp (make check-ucp, check-ucp-full).
-# Not in TESTS yet: UCP needs CONNECT_TO_IFACE from rc_vqp to create
-# endpoints from worker addresses. UCP_TLS=posix,self runs the same harness
-# over UCX's own shared memory.
+# The CI subset runs in make check. UCP_TLS=posix,self runs the same
+# harness over UCX's own shared memory.
 dist_check_SCRIPTS += test/ucp/test_ucp_perftest.sh
+TESTS += test/ucp/test_ucp_perftest.sh
 EXTRA_DIST += contrib/ucp-pair.sh
 
 check-ucp: all

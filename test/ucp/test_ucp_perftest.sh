@@ -23,6 +23,10 @@
 #   PERFTEST_TIMEOUT seconds per process (default 120)
 set -u
 : "${top_builddir:?run through make (make check-ucp)}"
+# The heavy two-process tests (stock perftest, UCP, MPI) take turns under
+# 'make -j check': two at once on 2 cores starve each other's busy pollers.
+exec 9>"$top_builddir/heavy-tests.lock"
+flock 9
 module="$top_builddir/modules/rc_vqp/.libs/libuct_rc_vqp.so"
 pair="$top_srcdir/contrib/ucp-pair.sh"
 ucx_info="${UCX_BINDIR:-/usr/bin}/ucx_info"
