@@ -530,7 +530,13 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
         status = vqp_mlx5_cqe_status(cqe);
         index  = vqp_mlx5_cqe_wqe_counter(cqe);
         if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
-            /* Every datagram is signaled: one CQE frees one buffer. */
+            /* Every datagram is signaled: one CQE frees one buffer. A send
+             * error leaves the UD QP unable to send (SQE): say so. */
+            if ((status != UCS_OK) && (status != UCS_ERR_CANCELED)) {
+                ucs_error("rc_vqp cm: datagram on UD qpn 0x%x failed: %s;"
+                          " this interface cannot connect any more",
+                          cm->qpn, ucs_status_string(status));
+            }
             vqp_mlx5_txwq_complete(&cm->tx, index);
             ++cm->tx_done;
             continue;
@@ -546,6 +552,10 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
             }
         } else if (status == UCS_ERR_CANCELED) {
             continue; /* flushed: the QP is going away */
+        } else {
+            ucs_error("rc_vqp cm: receive on UD qpn 0x%x failed: %s; new"
+                      " connections to this interface may fail",
+                      cm->qpn, ucs_status_string(status));
         }
         if (uct_rc_vqp_cm_post_recv(cm) == UCS_OK) {
             ++posted;
@@ -725,7 +735,10 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout)
         status = UCS_ERR_UNSUPPORTED;
         goto err;
     }
-    cm->slot_size = VQP_DEV_UD_GRH_LEN + cm->msg_max;
+    /* Receive slots take the largest datagram any device carries, not only
+     * ours: a larger one would end the QP (a receive too short is a
+     * receive-queue error). */
+    cm->slot_size = VQP_DEV_UD_GRH_LEN + UCT_RC_VQP_CM_MSG_MAX;
     size    = (size_t)cm->rx_slots * cm->slot_size + cm->tx_slots * cm->msg_max;
     cm->buf = ucs_malloc(size, "rc_vqp_cm_buf");
     if (cm->buf == NULL) {
