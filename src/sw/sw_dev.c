@@ -203,6 +203,8 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     pthread_mutex_unlock(&vqp_sw_instance_lock);
     dev->pid      = (uint32_t)getpid();
     dev->next_gen = 1;
+    dev->event_fd = -1;
+    dev->wake_fd  = -1;
     vqp_sw_shm_name(dev->name, sizeof(dev->name), (uint32_t)getuid(), dev->pid,
                     dev->instance);
     dev->seg_size =
@@ -316,6 +318,7 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
         }
     }
     __atomic_store_n(&dev->shm->alive, 0, __ATOMIC_RELEASE);
+    vqp_sw_event_close(dev);
     shm_unlink(dev->name);
     if ((dev->life_tid == 0) || (dev->life_tid == gettid())) {
         if (dev->life_tid != 0) {

@@ -22,7 +22,7 @@
 #pragma GCC visibility push(hidden)
 
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     2u /* 2: UD QPs (type, qkey, ud_dropped) */
+#define VQP_SW_VERSION     3u /* 2: UD QPs; 3: armed (wakeups) */
 #define VQP_SW_MAX_QP      1024u
 #define VQP_SW_QP_BITS     10u
 #define VQP_SW_MAX_CQ      512u
@@ -146,6 +146,11 @@ typedef struct vqp_sw_shm {
      * Cache lines by writer: peers (lock, in_head), owner (in_tail). */
     pthread_mutex_t lock __attribute__((aligned(64)));
     uint64_t in_head; /* producers, under the lock */
+    /* Owner sets it before sleeping on its event socket (vqp_sw_dev_arm);
+     * the first producer that deposits work afterwards clears it and sends
+     * one wakeup datagram. On the producers' line: they read it after
+     * every deposit, the owner writes it only when going to sleep. */
+    uint32_t armed;
     uint64_t in_tail __attribute__((aligned(64))); /* owner */
     /* Owner, on every poll: a line of its own, so polling does not take
      * the in_tail line away from producers between messages. */
@@ -209,8 +214,8 @@ struct vqp_sw_cq {
     bool overflow;
     size_t pages;
     uint64_t off;
-    /* Arm doorbell target (mlx5 writes 8 bytes at cq_uar + 0x20): accepted
-     * and ignored, as the device has no completion events. */
+    /* Arm doorbell target (mlx5 writes 8 bytes at cq_uar + 0x20): checked
+     * by vqp_sw_dev_arm against the arm record dbrec[1]. */
     uint64_t uar[8];
     /* CQEs held back by reorder injection, emitted in FIFO order. */
     unsigned n_held;
@@ -297,6 +302,10 @@ struct vqp_sw_dev {
     vqp_sw_fault_t fault;
     uint64_t last_liveness;
     pid_t life_tid; /* thread holding shm->life (0: none) */
+    /* Events (sw_event.c): the bound socket peers wake us through, and an
+     * unbound one we wake peers from; -1 until first needed. */
+    int event_fd;
+    int wake_fd;
 };
 
 /* sw_dev.c */
@@ -477,6 +486,13 @@ vqp_sw_req_result_t vqp_sw_ud_send(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w);
 /* True while [addr, addr+len) of the target may still receive the payload
  * of an earlier small SEND of @a qp: the caller waits (BUSY). */
 bool vqp_sw_small_conflict(vqp_sw_qp_t *qp, uint64_t addr, uint64_t len);
+
+/* sw_event.c */
+/* After depositing work for @a peer's engine (an inbound record, a
+ * responder error): if the peer is armed, disarm it and send one wakeup
+ * datagram. Never blocks; a dead or vanished peer is ignored. */
+void vqp_sw_peer_wake(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer);
+void vqp_sw_event_close(vqp_sw_dev_t *dev);
 
 /* sw_fault.c */
 ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault);

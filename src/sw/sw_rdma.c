@@ -40,6 +40,7 @@ static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
               qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
     __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
                      __ATOMIC_RELEASE);
+    vqp_sw_peer_wake(qp->dev, qp->peer);
     return false;
 }
 

@@ -77,6 +77,7 @@ vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
             __atomic_store_n(&tqp->remote_err,
                              MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
                              __ATOMIC_RELEASE);
+            vqp_sw_peer_wake(qp->dev, qp->peer);
             return VQP_SW_RESP_REM_OP;
         }
         if (avail <= k) {
@@ -113,6 +114,7 @@ vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
                   qp->dev->name, tqp->srq_index, pi, avail, srq->wqe_cnt - 1);
         __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
                          __ATOMIC_RELEASE);
+        vqp_sw_peer_wake(qp->dev, qp->peer);
         return VQP_SW_RESP_REM_OP;
     }
     if (avail <= k) {
@@ -348,6 +350,7 @@ void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
     rec->ud_hdr      = qp->ud ? qp->ud_hdr : 0;
     /* The record (and the data placed before it) before the new head. */
     __atomic_store_n(&pshm->in_head, pshm->in_head + 1, __ATOMIC_RELEASE);
+    vqp_sw_peer_wake(qp->dev, qp->peer);
 }
 
 vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
@@ -407,6 +410,7 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
             __atomic_store_n(&tqp->remote_err,
                              MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
                              __ATOMIC_RELEASE);
+            vqp_sw_peer_wake(qp->dev, qp->peer);
             status = VQP_SW_RESP_REM_ACCESS;
             goto out;
         }

@@ -69,6 +69,28 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr);
  */
 unsigned vqp_sw_progress(vqp_sw_dev_t *dev);
 
+/*
+ * Completion events: sleep instead of polling. The engine runs only inside
+ * vqp_sw_progress(), so a sleeping owner needs a peer to wake it:
+ *
+ * vqp_sw_dev_event_fd: the device's event fd (created on the first call,
+ *   closed with the device): a non-blocking UNIX datagram socket bound in the
+ *   abstract namespace under the segment's name. It becomes readable when a
+ *   peer deposited work (a SEND / WRITE_IMM / UD record, a responder error)
+ *   for this device while it was armed.
+ * vqp_sw_dev_arm: drains the fd, then arms the device. UCS_OK: nothing is
+ *   pending, sleeping on the fd is safe. UCS_ERR_BUSY: wakeups were drained,
+ *   or work is pending (inbound records, posted or stalled WQEs, responder
+ *   errors, receives to flush, held or unpolled CQEs, CQEs past the consumer
+ *   index of an armed CQ): progress and poll, then arm again. Other errors:
+ *   the fd cannot be read (e.g. closed by the caller: UCS_ERR_IO_ERROR) or an
+ *   arm doorbell written to a CQ's cq_uar is malformed
+ *   (UCS_ERR_INVALID_PARAM). A peer sends one wakeup per arm, without
+ *   blocking; a peer that is gone just never wakes anybody.
+ */
+ucs_status_t vqp_sw_dev_event_fd(vqp_sw_dev_t *dev, int *fd_p);
+ucs_status_t vqp_sw_dev_arm(vqp_sw_dev_t *dev);
+
 /* Memory regions. @a access is a mask of IBV_ACCESS_* flags. */
 ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
                            unsigned access, vqp_sw_mr_t **mr_p,
