@@ -5,6 +5,7 @@ src_core_libvqp_la_SOURCES = \
 	src/core/vqp_cq.c \
 	src/core/vqp_op.c \
 	src/core/vqp_recv.c \
+	src/core/vqp_srq.c \
 	src/core/vqp_qp.c
 src_core_libvqp_la_LIBADD = src/dev/libvqp_dev.la $(UCX_LIBS)
 

@@ -36,6 +36,7 @@
 #define VQP_MAX_DEVS 4
 
 typedef struct vqp_cq vqp_cq_t;
+typedef struct vqp_srq vqp_srq_t;
 typedef struct vqp vqp_t;
 
 typedef enum vqp_lb { VQP_LB_DQPLB, VQP_LB_SPRAY } vqp_lb_t;
@@ -144,6 +145,10 @@ typedef struct vqp_params {
     uint32_t max_inline;
     vqp_comp_cb_t comp_cb; /* NULL: completions via vqp_cq_poll */
     void *comp_arg;
+    /* Receive buffers for SENDs come from this shared receive queue instead
+     * of the virtual QP's own (vqp_post_recv then takes notification slots
+     * only). Needs comp_cb, and the SRQ must be on the first device of cq. */
+    vqp_srq_t *srq;
     vqp_dev_connect_params_t connect; /* timeouts, retries, access */
 } vqp_params_t;
 
@@ -189,6 +194,29 @@ void vqp_cancel(vqp_t *vqp);
 
 /* The packed address size of a virtual QP created with @a params. */
 size_t vqp_address_size_for(const vqp_params_t *params);
+
+/* ------------------------------------------------------ shared receives */
+
+/* A shared receive queue of @a max_wr buffers on the first device of @a cq,
+ * for the send QPs of virtual QPs created with it (vqp_params_t.srq): SENDs
+ * to any of them take the next buffer. Completions arrive through the
+ * receiving virtual QP's callback (wc->vqp says which), as VQP_OP_RECV; with
+ * one data QP a WRITE_IMM also takes a buffer and completes as
+ * VQP_OP_RECV_NOTIFY carrying it (byte_len 0). Its CQ entries are reserved
+ * at creation (UCS_ERR_EXCEEDS_LIMIT if the CQ cannot take them). */
+ucs_status_t vqp_srq_create(vqp_cq_t *cq, uint32_t max_wr, vqp_srq_t **srq_p);
+
+/* UCS_ERR_BUSY (nothing destroyed) while virtual QPs use it. Buffers still
+ * posted are handed to @a release (may be NULL) with their wr_id. */
+ucs_status_t vqp_srq_destroy(vqp_srq_t *srq,
+                             void (*release)(void *arg, uint64_t wr_id),
+                             void *arg);
+
+/* A buffer (length > 0); UCS_ERR_NO_RESOURCE when the SRQ is full. */
+ucs_status_t vqp_srq_post_recv(vqp_srq_t *srq, const vqp_recv_wr_t *wr);
+
+/* Buffers posted and not consumed. */
+unsigned vqp_srq_posted(const vqp_srq_t *srq);
 
 typedef struct vqp_stats {
     uint64_t ops_posted;

@@ -80,6 +80,7 @@ typedef struct vqp_pqp {
     uint32_t slot_base;
     uint32_t cqe_need;  /* reserved in its device's CQ */
     uint64_t *rx_wr_id; /* user receives: wr_id per RQ slot */
+    vqp_srq_t *srq;     /* the send QP's receives come from it, or NULL */
     vqp_dev_qp_t *dev_qp;
     uint32_t qpn;
 } vqp_pqp_t;
@@ -194,6 +195,18 @@ struct vqp {
     vqp_stats_t stats;
 };
 
+struct vqp_srq {
+    vqp_cq_t *cq;
+    vqp_dev_srq_t *dev_srq;
+    vqp_mlx5_srq_t mlx;
+    uint64_t *wr_id;     /* per SRQ WQE */
+    vqp_mlx5_sge_t *sge; /* per SRQ WQE: its buffer, to post it again */
+    uint8_t *busy;       /* per SRQ WQE: posted, not consumed */
+    uint32_t max_wr;     /* WQEs reserved in the CQ */
+    unsigned posted;
+    unsigned users; /* virtual QPs created with it */
+};
+
 typedef struct vqp_cq_dev {
     vqp_dev_t *dev;
     vqp_dev_cq_t *dev_cq;
@@ -241,6 +254,14 @@ ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
 unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev);
 void vqp_advance(vqp_t *vqp);
 void vqp_fail_all(vqp_t *vqp, ucs_status_t status);
+
+/* vqp_srq.c: a receive CQE of a send QP attached to an SRQ. */
+void vqp_srq_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,
+                      ucs_status_t status);
+/* The send QP @a pqp (on an SRQ) was destroyed: its receive CQEs not polled
+ * yet would otherwise strand their SRQ entries (no QP to route them to).
+ * Posts those buffers again and neutralises the CQEs. */
+void vqp_srq_reclaim(vqp_pqp_t *pqp);
 
 /* vqp_recv.c */
 void vqp_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe, ucs_status_t status);

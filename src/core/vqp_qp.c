@@ -56,6 +56,12 @@ static ucs_status_t vqp_check_params(const vqp_params_t *p)
                   p->max_ops, p->max_recvs, p->lb, p->max_inline);
         return UCS_ERR_INVALID_PARAM;
     }
+    if ((p->srq != NULL) && ((p->srq->cq != p->cq) || (p->comp_cb == NULL))) {
+        ucs_error("vqp: a shared receive queue needs its own virtual CQ (SRQ"
+                  " of cq %p, QP on cq %p) and callback completions",
+                  p->srq->cq, p->cq);
+        return UCS_ERR_INVALID_PARAM;
+    }
     return UCS_OK;
 }
 
@@ -93,7 +99,12 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
 
     frags = params->max_outstanding;
     rq    = 1;
-    if (pqp == vqp->send_qp) {
+    if ((pqp == vqp->send_qp) && (params->srq != NULL)) {
+        frags    = ucs_max(frags, params->max_ops);
+        rq       = 0; /* SENDs land in the SRQ */
+        pqp->srq = params->srq;
+        ++pqp->srq->users;
+    } else if (pqp == vqp->send_qp) {
         frags = ucs_max(frags, params->max_ops);
         rq    = params->max_recvs;
     } else if (pqp->role == VQP_ROLE_NOTIFY) {
@@ -108,12 +119,12 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
 
     pqp->frags = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
                                 "vqp_frags");
-    if (pqp == vqp->send_qp) { /* only it holds the user's receives */
+    if ((pqp == vqp->send_qp) && (rq != 0)) { /* the user's receives */
         pqp->rx_wr_id = ucs_calloc(ucs_roundup_pow2((uint32_t)rq),
                                    sizeof(uint64_t), "vqp_rx_wr_id");
     }
     if ((pqp->frags == NULL) ||
-        ((pqp == vqp->send_qp) && (pqp->rx_wr_id == NULL))) {
+        ((pqp == vqp->send_qp) && (rq != 0) && (pqp->rx_wr_id == NULL))) {
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -121,8 +132,9 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
     init.recv_cq      = cd->dev_cq;
     init.max_send_wr  = ucs_max(2 * (pqp->frag_mask + 1), 64u);
     init.max_send_sge = 1;
+    init.srq          = (rq == 0) ? pqp->srq->dev_srq : NULL;
     init.max_recv_wr  = rq;
-    init.max_recv_sge = 1;
+    init.max_recv_sge = (rq == 0) ? 0 : 1;
     init.max_inline   = params->max_inline;
     status = vqp_dev_qp_create(cd->dev, &init, &pqp->dev_qp, &dv, &caps);
     if (status != UCS_OK) {
@@ -139,6 +151,11 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
         ucs_max((pqp->frag_mask + 1) / 2, 1u), VQP_MLX5_DB_BF);
     if (status != UCS_OK) {
         return status;
+    }
+    if (rq == 0) {
+        /* Its receive CQEs are the SRQ's, reserved by the SRQ. */
+        pqp->cqe_need = pqp->frag_mask + 1;
+        return vqp_cq_register(vqp->cq, pqp);
     }
     status = vqp_mlx5_rxwq_init(&pqp->rx, &dv);
     if (status != UCS_OK) {
@@ -207,9 +224,17 @@ static void vqp_free(vqp_t *vqp)
 
     for (i = 0; i < vqp->num_pqps; ++i) {
         pqp = &vqp->qps[i];
-        vqp_cq_unregister(vqp->cq, pqp);
         if (pqp->dev_qp != NULL) {
             vqp_dev_qp_destroy(pqp->dev_qp);
+            if (pqp->srq != NULL) {
+                /* No more CQEs of it now: take back the SRQ entries of
+                 * those not polled yet. */
+                vqp_srq_reclaim(pqp);
+            }
+        }
+        vqp_cq_unregister(vqp->cq, pqp);
+        if (pqp->srq != NULL) {
+            --pqp->srq->users;
         }
         ucs_free(pqp->frags);
         ucs_free(pqp->rx_wr_id);

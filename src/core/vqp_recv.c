@@ -193,6 +193,39 @@ static void vqp_user_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,
         flags, be32toh(vqp_mlx5_cqe_imm(cqe)), vqp_mlx5_cqe_byte_cnt(cqe));
 }
 
+void vqp_srq_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,
+                      ucs_status_t status)
+{
+    vqp_srq_t *srq = pqp->srq;
+    uint16_t index = vqp_mlx5_cqe_wqe_counter(cqe) & srq->mlx.mask;
+    uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
+    unsigned flags = 0;
+
+    if (!srq->busy[index]) {
+        ucs_error("vqp %p: QP 0x%x: completion of SRQ entry %u that was not"
+                  " posted: dropped",
+                  pqp->vqp, pqp->qpn, index);
+        return;
+    }
+    srq->busy[index] = 0;
+    --srq->posted;
+    vqp_mlx5_srq_free(&srq->mlx, index);
+    if (status != UCS_OK) {
+        vqp_deliver_recv(pqp->vqp, srq->wr_id[index], status, VQP_OP_RECV, 0, 0,
+                         0);
+        return;
+    }
+    if ((opcode == MLX5_CQE_RESP_SEND_IMM) ||
+        (opcode == MLX5_CQE_RESP_WR_IMM)) {
+        flags = VQP_WC_WITH_IMM;
+    }
+    vqp_deliver_recv(
+        pqp->vqp, srq->wr_id[index], UCS_OK,
+        (opcode == MLX5_CQE_RESP_WR_IMM) ? VQP_OP_RECV_NOTIFY : VQP_OP_RECV,
+        flags, be32toh(vqp_mlx5_cqe_imm(cqe)),
+        (opcode == MLX5_CQE_RESP_WR_IMM) ? 0 : vqp_mlx5_cqe_byte_cnt(cqe));
+}
+
 void vqp_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe, ucs_status_t status)
 {
     uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
@@ -200,6 +233,10 @@ void vqp_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe, ucs_status_t status)
     uint16_t index;
     uint32_t word, imm;
 
+    if (pqp->srq != NULL) {
+        vqp_srq_recv_cqe(pqp, cqe, status);
+        return;
+    }
     if (!vqp_core_receives(pqp)) {
         vqp_user_recv_cqe(pqp, cqe, status);
         return;
@@ -264,6 +301,13 @@ ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr)
         return UCS_OK;
     }
 
+    if (pqp->srq != NULL) {
+        ucs_error("vqp %p: receives of a virtual QP on a shared receive queue"
+                  " go to the SRQ (vqp_srq_post_recv)%s",
+                  vqp,
+                  (wr->length == 0) ? "; with one QP so do notifications" : "");
+        return UCS_ERR_UNSUPPORTED;
+    }
     if (wr->length > UINT32_MAX) {
         ucs_error("vqp %p: receive of %lu bytes: at most 4 GiB - 1", vqp,
                   wr->length);
@@ -301,6 +345,9 @@ void vqp_recv_cancel_all(vqp_t *vqp)
     vqp_pqp_t *pqp = vqp->send_qp;
 
     vqp_recv_cancel_notifies(vqp, UCS_ERR_CANCELED);
+    if (pqp->srq != NULL) {
+        return; /* the SRQ's buffers stay with the SRQ */
+    }
     while (pqp->rx.tail != pqp->rx.head) {
         vqp_deliver_recv(vqp, pqp->rx_wr_id[pqp->rx.tail++ & pqp->rx.mask],
                          UCS_ERR_CANCELED, VQP_OP_RECV, 0, 0, 0);

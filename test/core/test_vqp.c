@@ -1237,6 +1237,205 @@ static void test_cq_capacity(void **state)
     side_close(&s);
 }
 
+/* ----------------------------------------------------- shared receives */
+
+static void srq_cb(void *arg, const vqp_wc_t *wc)
+{
+    side_t *s = arg;
+
+    assert_true(s->nwcs < MAX_WCS);
+    s->wcs[s->nwcs++] = *wc;
+}
+
+static void srq_release(void *arg, uint64_t wr_id)
+{
+    ++*(unsigned *)arg;
+}
+
+static void srq_progress(side_t *a, side_t *b, unsigned a_want, unsigned b_want)
+{
+    unsigned steps;
+
+    for (steps = 0; steps < 2000000; ++steps) {
+        vqp_cq_progress(a->cq);
+        vqp_cq_progress(b->cq);
+        if ((a->nwcs >= a_want) && (b->nwcs >= b_want)) {
+            return;
+        }
+        if ((steps & 63) == 63) {
+            sched_yield();
+        }
+    }
+    fail_msg("timeout: side a %u/%u completions, side b %u/%u", a->nwcs, a_want,
+             b->nwcs, b_want);
+}
+
+/* Two virtual QPs of side b (one DQPLB with 4 QPs, one of 1 QP) share one
+ * SRQ: SENDs from both of side a's take its buffers in order, each
+ * completion names its virtual QP; own receive buffers are refused; the
+ * SRQ is busy while used, and returns its unconsumed buffers when
+ * destroyed. */
+static void test_srq(void **state)
+{
+    vqp_params_t params[2] = {base_params(4, VQP_LB_DQPLB),
+                              base_params(1, VQP_LB_DQPLB)};
+    vqp_t *va[2], *vb[2];
+    char addr[2][2048];
+    size_t len[2];
+    vqp_recv_wr_t rwr = {0};
+    vqp_send_wr_t wr;
+    unsigned i, k, posted0, released = 0;
+    ucs_status_t st;
+    vqp_srq_t *srq;
+    side_t a, b;
+
+    side_open(&a);
+    side_open(&b);
+    assert_int_equal(vqp_srq_create(b.cq, 16, &srq), UCS_OK);
+    for (k = 0; k < 2; ++k) {
+        params[k].comp_cb  = srq_cb;
+        params[k].cq       = a.cq;
+        params[k].comp_arg = &a;
+        assert_int_equal(vqp_create(&params[k], &va[k]), UCS_OK);
+        params[k].cq       = b.cq;
+        params[k].comp_arg = &b;
+        params[k].srq      = srq;
+        assert_int_equal(vqp_create(&params[k], &vb[k]), UCS_OK);
+        assert_int_equal(
+            vqp_address_pack(va[k], addr[0], sizeof(addr[0]), &len[0]), UCS_OK);
+        assert_int_equal(
+            vqp_address_pack(vb[k], addr[1], sizeof(addr[1]), &len[1]), UCS_OK);
+        assert_int_equal(vqp_connect(va[k], addr[1], len[1]), UCS_OK);
+        assert_int_equal(vqp_connect(vb[k], addr[0], len[0]), UCS_OK);
+    }
+
+    /* Buffers go to the SRQ, not to a virtual QP. */
+    rwr.wr_id   = 1;
+    rwr.addr    = (uintptr_t)b.buf;
+    rwr.length  = 4096;
+    rwr.lkey[0] = b.lkey;
+    assert_int_equal(vqp_post_recv(vb[0], &rwr), UCS_ERR_UNSUPPORTED);
+    rwr.length = 0;
+    assert_int_equal(vqp_post_recv(vb[1], &rwr), UCS_ERR_UNSUPPORTED);
+    assert_int_equal(vqp_srq_post_recv(srq, &rwr), UCS_ERR_INVALID_PARAM);
+    /* Fill it: an SRQ asked for 16 takes at least 15 (the mlx5 free list
+     * keeps one WQE unlinked), then says NO_RESOURCE. */
+    for (i = 0;; ++i) {
+        assert_true(i < 1024);
+        rwr.wr_id  = 100 + i;
+        rwr.addr   = (uintptr_t)b.buf + i * 4096;
+        rwr.length = 4096;
+        st         = vqp_srq_post_recv(srq, &rwr);
+        if (st != UCS_OK) {
+            assert_int_equal(st, UCS_ERR_NO_RESOURCE);
+            break;
+        }
+    }
+    assert_true(vqp_srq_posted(srq) >= 15);
+    assert_int_equal(vqp_srq_posted(srq), i);
+
+    posted0 = vqp_srq_posted(srq);
+    fill_pattern(a.buf, 65536, 12);
+    for (i = 0; i < 6; ++i) {
+        wr     = make_wr(&a, &b, VQP_OP_SEND_IMM, i, i * 1000, 0, 100 + i);
+        wr.imm = 0x500 + i;
+        assert_int_equal(vqp_post_send(va[i & 1], &wr), UCS_OK);
+    }
+    srq_progress(&a, &b, 6, 6);
+    for (i = 0; i < 6; ++i) {
+        const vqp_wc_t *wc = &b.wcs[i];
+        uint64_t slot      = wc->wr_id - 100;
+
+        assert_int_equal(wc->status, UCS_OK);
+        assert_int_equal(wc->opcode, VQP_OP_RECV);
+        assert_true(wc->flags & VQP_WC_WITH_IMM);
+        assert_true(slot < posted0);
+        k = wc->imm - 0x500;
+        assert_true(k < 6);
+        assert_ptr_equal(wc->vqp, vb[k & 1]);
+        assert_int_equal(wc->byte_len, 100 + k);
+        assert_memory_equal(b.buf + slot * 4096, a.buf + k * 1000, 100 + k);
+    }
+    /* Each virtual QP's messages arrive in its order. */
+    for (k = 0; k < 2; ++k) {
+        uint32_t last = 0;
+
+        for (i = 0; i < 6; ++i) {
+            if (b.wcs[i].vqp == vb[k]) {
+                assert_true(b.wcs[i].imm >= last);
+                last = b.wcs[i].imm;
+            }
+        }
+    }
+    assert_int_equal(vqp_srq_posted(srq) + 6, posted0);
+    assert_int_equal(vqp_srq_destroy(srq, srq_release, &released),
+                     UCS_ERR_BUSY);
+
+    /* A SEND that landed (CQE written, not polled) when its virtual QP is
+     * destroyed: its SRQ entry is taken back, not stranded. */
+    posted0 = vqp_srq_posted(srq);
+    wr      = make_wr(&a, &b, VQP_OP_SEND, 50, 0, 0, 64);
+    assert_int_equal(vqp_post_send(va[0], &wr), UCS_OK);
+    for (i = 0; a.nwcs < 7; ++i) {
+        assert_true(i < 1000000);
+        vqp_cq_progress(a.cq);
+        vqp_dev_progress(b.dev); /* the engine delivers; nobody polls */
+    }
+    for (i = 0; i < 100; ++i) {
+        vqp_dev_progress(b.dev);
+    }
+    assert_int_equal(b.nwcs, 6);
+    vqp_destroy(vb[0]);
+    assert_int_equal(vqp_srq_posted(srq), posted0);
+    for (i = 0; i < 100; ++i) {
+        vqp_cq_progress(b.cq);
+    }
+    assert_int_equal(b.nwcs, 6); /* nothing for the destroyed one */
+    /* The other virtual QP still receives into the SRQ. */
+    wr = make_wr(&a, &b, VQP_OP_SEND, 51, 0, 0, 64);
+    assert_int_equal(vqp_post_send(va[1], &wr), UCS_OK);
+    srq_progress(&a, &b, 8, 7);
+    assert_ptr_equal(b.wcs[6].vqp, vb[1]);
+    assert_int_equal(b.wcs[6].status, UCS_OK);
+    vb[0] = NULL;
+    /* Every buffer the SRQ thinks it has is really there: as many SENDs
+     * as it holds all land (a stranded entry would leave the last one
+     * waiting for a buffer forever). */
+    k = vqp_srq_posted(srq);
+    for (i = 0; i < k; ++i) {
+        wr = make_wr(&a, &b, VQP_OP_SEND, 60 + i, 0, 0, 64);
+        assert_int_equal(vqp_post_send(va[1], &wr), UCS_OK);
+    }
+    srq_progress(&a, &b, 8 + k, 7 + k);
+    assert_int_equal(vqp_srq_posted(srq), 0);
+    posted0 = 6; /* what the release must return: none is left */
+
+    for (k = 0; k < 2; ++k) {
+        vqp_destroy(va[k]);
+        if (vb[k] != NULL) {
+            vqp_destroy(vb[k]);
+        }
+    }
+    k = vqp_srq_posted(srq);
+    assert_int_equal(vqp_srq_destroy(srq, srq_release, &released), UCS_OK);
+    assert_int_equal(released, k);
+    assert_int_equal(released, posted0 - 6);
+
+    /* An SRQ needs callback completions. */
+    assert_int_equal(vqp_srq_create(b.cq, 4, &srq), UCS_OK);
+    params[0].cq      = b.cq;
+    params[0].srq     = srq;
+    params[0].comp_cb = NULL;
+    assert_int_equal(vqp_create(&params[0], &vb[0]), UCS_ERR_INVALID_PARAM);
+    params[0].comp_cb = srq_cb;
+    params[0].cq      = a.cq; /* another virtual CQ */
+    assert_int_equal(vqp_create(&params[0], &vb[0]), UCS_ERR_INVALID_PARAM);
+    assert_int_equal(vqp_srq_destroy(srq, NULL, NULL), UCS_OK);
+    assert_int_equal(vqp_srq_create(b.cq, 0, &srq), UCS_ERR_INVALID_PARAM);
+    side_close(&a);
+    side_close(&b);
+}
+
 static void test_post_errors(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -1321,6 +1520,7 @@ int main(void)
         cmocka_unit_test(test_fence_after_unsignaled),
         cmocka_unit_test(test_unsignaled_before_striped),
         cmocka_unit_test(test_fenced_inline_after_unsignaled),
+        cmocka_unit_test(test_srq),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_all_qps_fail),
