@@ -25,7 +25,7 @@
 #define UCT_RC_VQP_IMM_CRED_SHIFT 8
 #define UCT_RC_VQP_IMM_CRED_MAX   0xffffu
 
-/* Receive slots of the peer kept for credit-only messages: those are sent
+/* Credits of the window kept for credit-only messages: those are sent
  * without a credit, so that returning credits can never wait for one. */
 #define UCT_RC_VQP_FC_RESERVE 4
 
@@ -86,7 +86,8 @@ typedef struct uct_rc_vqp_iface {
     uct_recv_desc_t release_desc;
     size_t seg_size;
     size_t rx_headroom;
-    unsigned rx_per_ep;
+    unsigned fc_wnd; /* AM credits of a new endpoint */
+    vqp_srq_t *srq;  /* AM receive buffers of all endpoints */
     size_t ep_addr_len;
     uint64_t scratch;          /* result of atomics without fetch */
     uint32_t ext_atomic_sizes; /* vqp_dev_attr_t.ext_atomic_sizes */
@@ -135,8 +136,10 @@ ucs_status_t uct_rc_vqp_ep_connect_vqp(uct_rc_vqp_ep_t *ep, const void *addr,
  * destroyed instead). */
 void uct_rc_vqp_ep_set_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status);
 
-/* Post receive descriptors until the endpoint has rx_per_ep of them. */
-ucs_status_t uct_rc_vqp_ep_post_receives(uct_rc_vqp_ep_t *ep, unsigned count);
+/* Post @a desc (NULL: a new one) to the interface's shared receive queue. */
+ucs_status_t uct_rc_vqp_iface_post_recv(uct_rc_vqp_iface_t *iface,
+                                        uct_rc_vqp_rx_desc_t *desc);
+void uct_rc_vqp_iface_release_recv(void *arg, uint64_t wr_id);
 
 /* Operations (rc_vqp_ep.c) */
 ucs_status_t uct_rc_vqp_ep_put_short(uct_ep_h tl_ep, const void *buffer,

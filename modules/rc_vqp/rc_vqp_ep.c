@@ -88,7 +88,7 @@ static void uct_rc_vqp_ep_grant(uct_rc_vqp_ep_t *ep)
     unsigned credits = ucs_min(ep->fc_to_return, UCT_RC_VQP_IMM_CRED_MAX);
     vqp_send_wr_t wr = {0};
 
-    if ((credits < ucs_max(iface->rx_per_ep / 2, 1u)) ||
+    if ((credits < ucs_max(iface->fc_wnd / 2, 1u)) ||
         !(ep->flags & UCT_RC_VQP_EP_CONNECTED)) {
         return;
     }
@@ -108,7 +108,8 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
     ucs_status_t status;
 
     if (wc->status != UCS_OK) {
-        ucs_mpool_put(desc); /* flushed or canceled receive */
+        /* Its QP failed while receiving: the SRQ keeps the buffer. */
+        uct_rc_vqp_iface_post_recv(iface, desc);
         return;
     }
     if (wc->flags & VQP_WC_WITH_IMM) {
@@ -117,8 +118,7 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
             ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
         }
         if (wc->imm & UCT_RC_VQP_IMM_GRANT) {
-            ucs_mpool_put(desc);
-            uct_rc_vqp_ep_post_receives(ep, 1);
+            uct_rc_vqp_iface_post_recv(iface, desc);
             return;
         }
         ++ep->fc_to_return;
@@ -133,13 +133,12 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
                                 data, wc->byte_len, UCT_CB_PARAM_FLAG_DESC);
         if (status == UCS_INPROGRESS) {
             /* The handler keeps the buffer; post a fresh one instead. */
-            uct_rc_vqp_ep_post_receives(ep, 1);
+            uct_rc_vqp_iface_post_recv(iface, NULL);
             uct_rc_vqp_ep_grant(ep);
             return;
         }
     }
-    ucs_mpool_put(desc);
-    uct_rc_vqp_ep_post_receives(ep, 1);
+    uct_rc_vqp_iface_post_recv(iface, desc);
     uct_rc_vqp_ep_grant(ep);
 }
 
@@ -178,32 +177,6 @@ void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
     }
     /* Room for one more operation: pending requests may go on. */
     ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
-}
-
-ucs_status_t uct_rc_vqp_ep_post_receives(uct_rc_vqp_ep_t *ep, unsigned count)
-{
-    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
-    uct_rc_vqp_rx_desc_t *desc;
-    vqp_recv_wr_t wr = {0};
-    ucs_status_t status;
-
-    while (count-- > 0) {
-        desc = ucs_mpool_get(&iface->rx_mp);
-        if (desc == NULL) {
-            ucs_error("rc_vqp ep %p: out of receive buffers", ep);
-            return UCS_ERR_NO_MEMORY;
-        }
-        wr.wr_id   = (uintptr_t)desc;
-        wr.addr    = (uintptr_t)(desc + 1) + iface->rx_headroom;
-        wr.length  = iface->seg_size;
-        wr.lkey[0] = desc->lkey;
-        status     = vqp_post_recv(ep->vqp, &wr);
-        if (status != UCS_OK) {
-            ucs_mpool_put(desc);
-            return status;
-        }
-    }
-    return UCS_OK;
 }
 
 /* ------------------------------------------------------------ operations */
@@ -872,10 +845,9 @@ ucs_status_t uct_rc_vqp_ep_connect_vqp(uct_rc_vqp_ep_t *ep, const void *addr,
     }
     ep->flags |= UCT_RC_VQP_EP_CONNECTED;
     ep->flags &= ~UCT_RC_VQP_EP_NOT_READY;
-    status = uct_rc_vqp_ep_post_receives(ep, iface->rx_per_ep);
     /* Requests queued while connecting may go now. */
     ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
-    return status;
+    return UCS_OK;
 }
 
 UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
@@ -929,7 +901,7 @@ UCS_CLASS_INIT_FUNC(uct_rc_vqp_ep_t, const uct_ep_params_t *params)
         return status;
     }
     self->flags        = 0;
-    self->fc_credits   = (int)iface->rx_per_ep - UCT_RC_VQP_FC_RESERVE;
+    self->fc_credits   = (int)iface->fc_wnd - UCT_RC_VQP_FC_RESERVE;
     self->fc_to_return = 0;
     self->cancel_comp  = NULL;
     self->conn         = NULL;

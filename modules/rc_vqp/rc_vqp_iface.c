@@ -65,9 +65,16 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      ucs_offsetof(uct_rc_vqp_iface_config_t, tx_queue_len),
      UCS_CONFIG_TYPE_UINT},
 
-    {"RX_QUEUE_LEN", "128",
-     "Receive buffers each endpoint keeps posted for active messages.",
+    {"RX_QUEUE_LEN", "4095",
+     "Receive buffers for active messages, shared by all endpoints of an\n"
+     "interface (a shared receive queue of SEG_SIZE buffers).",
      ucs_offsetof(uct_rc_vqp_iface_config_t, rx_queue_len),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"FC_WND_SIZE", "128",
+     "Active messages an endpoint sends before the peer returns credits\n"
+     "(flow control: receivers are not flooded into RNR waits).",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, fc_wnd_size),
      UCS_CONFIG_TYPE_UINT},
 
     {"SEG_SIZE", "8k",
@@ -224,6 +231,36 @@ static ucs_mpool_ops_t uct_rc_vqp_rx_mp_ops = {
     .obj_cleanup   = NULL,
     .obj_str       = NULL,
 };
+
+ucs_status_t uct_rc_vqp_iface_post_recv(uct_rc_vqp_iface_t *iface,
+                                        uct_rc_vqp_rx_desc_t *desc)
+{
+    vqp_recv_wr_t wr = {0};
+    ucs_status_t status;
+
+    if (desc == NULL) {
+        desc = ucs_mpool_get(&iface->rx_mp);
+        if (desc == NULL) {
+            ucs_error("rc_vqp: out of receive buffers");
+            return UCS_ERR_NO_MEMORY;
+        }
+    }
+    wr.wr_id   = (uintptr_t)desc;
+    wr.addr    = (uintptr_t)(desc + 1) + iface->rx_headroom;
+    wr.length  = iface->seg_size;
+    wr.lkey[0] = desc->lkey;
+    status     = vqp_srq_post_recv(iface->srq, &wr);
+    if (status != UCS_OK) {
+        ucs_mpool_put(desc);
+    }
+    return status;
+}
+
+/* The SRQ's unused buffers at close. */
+void uct_rc_vqp_iface_release_recv(void *arg, uint64_t wr_id)
+{
+    ucs_mpool_put((void *)(uintptr_t)wr_id);
+}
 
 /* A descriptor kept by an AM handler (UCS_INPROGRESS) comes back here. */
 static void uct_rc_vqp_release_desc(uct_recv_desc_t *self, void *desc)
@@ -464,21 +501,27 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->frag_size > attr->max_msg_sz) ||
         (config->frag_size & (config->frag_size - 1)) ||
         (config->max_outstanding == 0) || (config->tx_queue_len == 0) ||
-        (config->rx_queue_len <= UCT_RC_VQP_FC_RESERVE) ||
-        (config->seg_size < 64) || (config->seg_size > UINT32_MAX) ||
-        (config->max_inline < 8) || (config->max_inline > UINT32_MAX) ||
-        (config->retry_count > 7) || (config->timeout <= 0) ||
-        (config->rnr_timeout <= 0) || (config->connect_timeout <= 0)) {
+        (config->rx_queue_len == 0) ||
+        (config->rx_queue_len >= attr->max_srq_wr) ||
+        (config->fc_wnd_size <= UCT_RC_VQP_FC_RESERVE) ||
+        (config->fc_wnd_size > 0x7fff) || (config->seg_size < 64) ||
+        (config->seg_size > UINT32_MAX) || (config->max_inline < 8) ||
+        (config->max_inline > UINT32_MAX) || (config->retry_count > 7) ||
+        (config->timeout <= 0) || (config->rnr_timeout <= 0) ||
+        (config->connect_timeout <= 0)) {
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
                   " (a power of two, 1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
-                  " RX_QUEUE_LEN=%u (> %d) SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
+                  " RX_QUEUE_LEN=%u (1..%u) FC_WND_SIZE=%u (%d..32767)"
+                  " SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
                   " (>= 8) RETRY_COUNT=%u (0..7) TIMEOUT=%g s RNR_TIMEOUT=%g s"
                   " CONNECT_TIMEOUT=%g s (> 0)",
                   config->num_qps, config->frag_size, attr->max_msg_sz,
                   config->max_outstanding, config->tx_queue_len,
-                  config->rx_queue_len, UCT_RC_VQP_FC_RESERVE, config->seg_size,
-                  config->max_inline, config->retry_count, config->timeout,
-                  config->rnr_timeout, config->connect_timeout);
+                  config->rx_queue_len, attr->max_srq_wr - 1,
+                  config->fc_wnd_size, UCT_RC_VQP_FC_RESERVE + 1,
+                  config->seg_size, config->max_inline, config->retry_count,
+                  config->timeout, config->rnr_timeout,
+                  config->connect_timeout);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;
@@ -525,7 +568,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->ext_atomic_sizes = attr.ext_atomic_sizes;
     self->rx_headroom =
         UCT_IFACE_PARAM_VALUE(params, rx_headroom, RX_HEADROOM, 0);
-    self->rx_per_ep       = config->rx_queue_len;
+    self->fc_wnd          = config->fc_wnd_size;
     self->release_desc.cb = uct_rc_vqp_release_desc;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->pending_eps);
@@ -549,7 +592,9 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->vqp_params.stripe_threshold = config->stripe_threshold;
     self->vqp_params.max_outstanding  = config->max_outstanding;
     self->vqp_params.max_ops          = config->tx_queue_len;
-    self->vqp_params.max_recvs        = config->rx_queue_len;
+    /* Receive buffers come from the SRQ; this sizes the notification
+     * rings only (rc_vqp sends no WRITE_IMM). */
+    self->vqp_params.max_recvs = 64;
     self->vqp_params.max_inline =
         ucs_min(config->max_inline, (size_t)attr.max_inline);
     self->vqp_params.comp_cb           = uct_rc_vqp_ep_completion;
@@ -578,12 +623,28 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     }
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->rx_mp) = self;
 
-    status = uct_rc_vqp_cm_init(self, config->connect_timeout);
+    status = vqp_srq_create(self->cq, config->rx_queue_len, &self->srq);
     if (status != UCS_OK) {
         goto err_rx_mp;
     }
+    self->vqp_params.srq = self->srq;
+    while (vqp_srq_posted(self->srq) < config->rx_queue_len) {
+        status = uct_rc_vqp_iface_post_recv(self, NULL);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            break; /* the SRQ rounds its size: full */
+        } else if (status != UCS_OK) {
+            goto err_srq;
+        }
+    }
+
+    status = uct_rc_vqp_cm_init(self, config->connect_timeout);
+    if (status != UCS_OK) {
+        goto err_srq;
+    }
     return UCS_OK;
 
+err_srq:
+    vqp_srq_destroy(self->srq, uct_rc_vqp_iface_release_recv, self);
 err_rx_mp:
     ucs_mpool_cleanup(&self->rx_mp, 1);
 err_tx_mp:
@@ -605,6 +666,11 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_iface_t)
     }
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    if (vqp_srq_destroy(self->srq, uct_rc_vqp_iface_release_recv, self) !=
+        UCS_OK) {
+        ucs_warn("rc_vqp: interface closed with endpoints on its receive"
+                 " queue; its buffers are leaked");
+    }
     vqp_cq_destroy(self->cq);
     ucs_mpool_cleanup(&self->rx_mp, 1);
     ucs_mpool_cleanup(&self->tx_mp, 1);

@@ -22,7 +22,8 @@ typedef struct uct_rc_vqp_iface_config {
     size_t stripe_threshold;  /* smaller ops use one QP */
     unsigned max_outstanding; /* fragments in flight per QP */
     unsigned tx_queue_len;    /* operations in flight per endpoint */
-    unsigned rx_queue_len;    /* receives posted per endpoint */
+    unsigned rx_queue_len;    /* AM receive buffers of the interface (SRQ) */
+    unsigned fc_wnd_size;     /* AMs in flight per endpoint (credits) */
     size_t seg_size;          /* bcopy / AM buffer size */
     unsigned cq_len;          /* CQEs of the interface's CQ */
     size_t max_inline;        /* inline bytes asked of the QPs */
