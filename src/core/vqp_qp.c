@@ -14,14 +14,23 @@
 #include <ucs/sys/math.h>
 #include <string.h>
 
-#define VQP_ADDR_VERSION 1
+/* 2: each distinct device address once, then 3 (+1) bytes per QP. Version
+ * 1 repeated the full device address for every QP; the two never mix: a
+ * version mismatch is refused with its own message. */
+#define VQP_ADDR_VERSION 2
 
-/* Wire header of a virtual QP address; the physical QP addresses follow. */
+/* Per QP: its 24-bit QPN, then the index of its device address when there
+ * are several. Multi-byte fields are big-endian, as in device addresses. */
+#define VQP_ADDR_QPN_BYTES 3
+
+/* Wire header of a virtual QP address; num_devs packed device addresses
+ * follow, then num_pqps QP entries. */
 typedef struct vqp_addr_hdr {
     uint8_t version;
     uint8_t lb;
     uint16_t num_pqps;
     uint32_t recv_window; /* DQPLB reorder window of the sender of this */
+    uint8_t num_devs;     /* distinct device addresses, 1..VQP_MAX_DEVS */
 } UCS_S_PACKED vqp_addr_hdr_t;
 
 void vqp_params_default(vqp_params_t *params)
@@ -378,35 +387,76 @@ void vqp_destroy(vqp_t *vqp)
     vqp_free(vqp);
 }
 
+/* The distinct device addresses among the CQ devices whose mask bit is set
+ * in @a used: @a wire_p[d] is the wire index of CQ device d, @a addrs the
+ * distinct addresses in wire order. Returns their count. Two CQ devices of
+ * the same address (the same device opened twice) share one entry. */
+static unsigned vqp_addr_devs(const vqp_cq_t *cq, unsigned used,
+                              vqp_dev_addr_t *addrs, uint8_t *wire_p)
+{
+    uint8_t packed[VQP_MAX_DEVS][VQP_DEV_ADDR_PACKED_MAX];
+    size_t lens[VQP_MAX_DEVS];
+    unsigned d, w, count = 0;
+
+    for (d = 0; d < cq->num_devs; ++d) {
+        if (!(used & (1u << d))) {
+            continue;
+        }
+        /* Compared packed: the struct has padding and a union. */
+        vqp_dev_address(cq->devs[d].dev, &addrs[count]);
+        if (vqp_dev_addr_pack(&addrs[count], packed[count],
+                              sizeof(packed[count]), &lens[count]) != UCS_OK) {
+            lens[count] = 0;
+        }
+        for (w = 0; w < count; ++w) {
+            if ((lens[w] == lens[count]) &&
+                !memcmp(packed[w], packed[count], lens[w])) {
+                break;
+            }
+        }
+        count += (w == count);
+        wire_p[d] = (uint8_t)w;
+    }
+    return count;
+}
+
+/* CQ devices the QPs of a virtual QP use (bit per device): data QP i is on
+ * device i % num_devs, the extra QP on device 0 (as vqp_pqp_create). */
+static unsigned vqp_addr_used_devs(unsigned num_qps, unsigned num_devs)
+{
+    unsigned i, used = 1;
+
+    for (i = 0; (i < num_qps) && (i < num_devs); ++i) {
+        used |= 1u << i;
+    }
+    return used;
+}
+
+static size_t vqp_addr_size(const vqp_cq_t *cq, unsigned num_qps,
+                            unsigned num_pqps)
+{
+    vqp_dev_addr_t addrs[VQP_MAX_DEVS];
+    uint8_t wire[VQP_MAX_DEVS];
+    size_t size = sizeof(vqp_addr_hdr_t);
+    unsigned w, count;
+
+    count = vqp_addr_devs(cq, vqp_addr_used_devs(num_qps, cq->num_devs), addrs,
+                          wire);
+    for (w = 0; w < count; ++w) {
+        size += vqp_dev_addr_packed_size(&addrs[w]);
+    }
+    return size + num_pqps * (VQP_ADDR_QPN_BYTES + (count > 1));
+}
+
 size_t vqp_address_size_for(const vqp_params_t *params)
 {
-    vqp_dev_qp_addr_t addr = {0};
-    size_t size            = sizeof(vqp_addr_hdr_t);
-    unsigned i, num_pqps = params->num_qps + (params->num_qps > 1);
-
-    for (i = 0; i < num_pqps; ++i) {
-        vqp_dev_address(
-            params->cq
-                ->devs[(i < params->num_qps) ? (i % params->cq->num_devs) : 0]
-                .dev,
-            &addr.dev);
-        size += vqp_dev_qp_addr_packed_size(&addr);
-    }
-    return size;
+    return vqp_addr_size(params->cq, params->num_qps,
+                         params->num_qps + (params->num_qps > 1));
 }
 
 size_t vqp_address_size(const vqp_t *vqp)
 {
-    vqp_dev_qp_addr_t addr;
-    size_t size = sizeof(vqp_addr_hdr_t);
-    unsigned i;
-
-    for (i = 0; i < vqp->num_pqps; ++i) {
-        vqp_dev_address(vqp->cq->devs[vqp->qps[i].dev].dev, &addr.dev);
-        addr.qpn = vqp->qps[i].qpn;
-        size += vqp_dev_qp_addr_packed_size(&addr);
-    }
-    return size;
+    return vqp_addr_size(vqp->cq, vqp->num_qps, vqp->num_pqps);
 }
 
 ucs_status_t vqp_address_pack(const vqp_t *vqp, void *buf, size_t max,
@@ -414,29 +464,46 @@ ucs_status_t vqp_address_pack(const vqp_t *vqp, void *buf, size_t max,
 {
     vqp_addr_hdr_t hdr = {.version     = VQP_ADDR_VERSION,
                           .lb          = vqp->lb,
-                          .num_pqps    = vqp->num_pqps,
-                          .recv_window = vqp->win_mask + 1};
-    vqp_dev_qp_addr_t addr;
-    size_t len, offset;
+                          .num_pqps    = htobe16(vqp->num_pqps),
+                          .recv_window = htobe32(vqp->win_mask + 1)};
+    vqp_dev_addr_t addrs[VQP_MAX_DEVS];
+    uint8_t wire[VQP_MAX_DEVS];
+    size_t len, offset, need;
     ucs_status_t status;
+    uint8_t *p;
     unsigned i;
 
-    if (max < sizeof(hdr)) {
-        ucs_error("vqp %p: address buffer of %zu bytes is too small", vqp, max);
+    need = vqp_address_size(vqp);
+    if (max < need) {
+        ucs_error("vqp %p: address buffer of %zu bytes is too small (%zu"
+                  " needed)",
+                  vqp, max, need);
         return UCS_ERR_BUFFER_TOO_SMALL;
     }
+    hdr.num_devs = (uint8_t)vqp_addr_devs(
+        vqp->cq, vqp_addr_used_devs(vqp->num_qps, vqp->cq->num_devs), addrs,
+        wire);
     memcpy(buf, &hdr, sizeof(hdr));
     offset = sizeof(hdr);
-    for (i = 0; i < vqp->num_pqps; ++i) {
-        vqp_dev_address(vqp->cq->devs[vqp->qps[i].dev].dev, &addr.dev);
-        addr.qpn = vqp->qps[i].qpn;
-        status   = vqp_dev_qp_addr_pack(&addr, UCS_PTR_BYTE_OFFSET(buf, offset),
-                                        max - offset, &len);
+    for (i = 0; i < hdr.num_devs; ++i) {
+        status = vqp_dev_addr_pack(&addrs[i], UCS_PTR_BYTE_OFFSET(buf, offset),
+                                   max - offset, &len);
         if (status != UCS_OK) {
             return status;
         }
         offset += len;
     }
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        p    = UCS_PTR_BYTE_OFFSET(buf, offset);
+        p[0] = (uint8_t)(vqp->qps[i].qpn >> 16);
+        p[1] = (uint8_t)(vqp->qps[i].qpn >> 8);
+        p[2] = (uint8_t)vqp->qps[i].qpn;
+        if (hdr.num_devs > 1) {
+            p[3] = wire[vqp->qps[i].dev];
+        }
+        offset += VQP_ADDR_QPN_BYTES + (hdr.num_devs > 1);
+    }
+    ucs_assert(offset == need);
     *len_p = offset;
     return UCS_OK;
 }
@@ -444,42 +511,82 @@ ucs_status_t vqp_address_pack(const vqp_t *vqp, void *buf, size_t max,
 ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
 {
     vqp_dev_connect_params_t params = vqp->connect;
+    vqp_dev_addr_t addrs[VQP_MAX_DEVS];
+    size_t offset, used, entry, need;
     vqp_dev_qp_addr_t remote;
-    vqp_addr_hdr_t hdr;
-    size_t offset, used;
     ucs_status_t status;
-    unsigned i;
+    vqp_addr_hdr_t hdr;
+    const uint8_t *p;
+    unsigned i, w;
 
     if (vqp->connected) {
         ucs_error("vqp %p: already connected", vqp);
         return UCS_ERR_INVALID_PARAM;
     }
     if (len < sizeof(hdr)) {
-        ucs_error("vqp %p: peer address of %zu bytes is truncated", vqp, len);
+        ucs_error("vqp %p: peer address of %zu bytes is truncated (header"
+                  " alone is %zu)",
+                  vqp, len, sizeof(hdr));
         return UCS_ERR_INVALID_PARAM;
     }
     memcpy(&hdr, buf, sizeof(hdr));
-    if ((hdr.version != VQP_ADDR_VERSION) || (hdr.lb != vqp->lb) ||
-        (hdr.num_pqps != vqp->num_pqps) || (hdr.recv_window == 0) ||
-        (hdr.recv_window & (hdr.recv_window - 1))) {
-        ucs_error("vqp %p: peer address (version %u, lb %u, %u QPs, window"
-                  " %u) does not match ours (version %u, lb %u, %u QPs)",
-                  vqp, hdr.version, hdr.lb, hdr.num_pqps, hdr.recv_window,
-                  VQP_ADDR_VERSION, vqp->lb, vqp->num_pqps);
+    hdr.num_pqps    = be16toh(hdr.num_pqps);
+    hdr.recv_window = be32toh(hdr.recv_window);
+    if (hdr.version != VQP_ADDR_VERSION) {
+        ucs_error("vqp %p: peer address has format version %u, ours is %u", vqp,
+                  hdr.version, VQP_ADDR_VERSION);
         return UCS_ERR_INVALID_PARAM;
     }
-    /* Never run ahead of what the peer's window can reorder. */
-    vqp->send_window = ucs_min(vqp->send_window, hdr.recv_window / 2);
+    if ((hdr.lb != vqp->lb) || (hdr.num_pqps != vqp->num_pqps) ||
+        (hdr.recv_window == 0) || (hdr.recv_window & (hdr.recv_window - 1)) ||
+        (hdr.num_devs == 0) || (hdr.num_devs > VQP_MAX_DEVS)) {
+        ucs_error("vqp %p: peer address (lb %u, %u QPs, window %u, %u"
+                  " devices) does not match ours (lb %u, %u QPs) or is"
+                  " invalid",
+                  vqp, hdr.lb, hdr.num_pqps, hdr.recv_window, hdr.num_devs,
+                  vqp->lb, vqp->num_pqps);
+        return UCS_ERR_INVALID_PARAM;
+    }
 
     offset = sizeof(hdr);
-    for (i = 0; i < vqp->num_pqps; ++i) {
-        status = vqp_dev_qp_addr_unpack(UCS_PTR_BYTE_OFFSET(buf, offset),
-                                        len - offset, &remote, &used);
+    for (w = 0; w < hdr.num_devs; ++w) {
+        status = vqp_dev_addr_unpack(UCS_PTR_BYTE_OFFSET(buf, offset),
+                                     len - offset, &addrs[w], &used);
         if (status != UCS_OK) {
-            ucs_error("vqp %p: peer address of QP %u is invalid", vqp, i);
-            return status;
+            ucs_error("vqp %p: peer address: device address %u of %u is"
+                      " invalid or truncated (%zu bytes left)",
+                      vqp, w, hdr.num_devs, len - offset);
+            return UCS_ERR_INVALID_PARAM;
         }
         offset += used;
+    }
+    entry = VQP_ADDR_QPN_BYTES + (hdr.num_devs > 1);
+    need  = offset + (size_t)hdr.num_pqps * entry;
+    if (len != need) {
+        ucs_error("vqp %p: peer address of %zu bytes, %zu expected for %u QPs"
+                  " on %u devices",
+                  vqp, len, need, hdr.num_pqps, hdr.num_devs);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    /* Check every entry before connecting any QP. */
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        p          = UCS_PTR_BYTE_OFFSET(buf, offset + i * entry);
+        remote.qpn = ((uint32_t)p[0] << 16) | ((uint32_t)p[1] << 8) | p[2];
+        w          = (hdr.num_devs > 1) ? p[3] : 0;
+        if ((remote.qpn < 2) || (w >= hdr.num_devs)) {
+            ucs_error("vqp %p: peer address: QP %u has QPN 0x%x and device"
+                      " %u (of %u): invalid",
+                      vqp, i, remote.qpn, w, hdr.num_devs);
+            return UCS_ERR_INVALID_PARAM;
+        }
+    }
+
+    /* Never run ahead of what the peer's window can reorder. */
+    vqp->send_window = ucs_min(vqp->send_window, hdr.recv_window / 2);
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        p          = UCS_PTR_BYTE_OFFSET(buf, offset + i * entry);
+        remote.qpn = ((uint32_t)p[0] << 16) | ((uint32_t)p[1] << 8) | p[2];
+        remote.dev = addrs[(hdr.num_devs > 1) ? p[3] : 0];
         params.udp_sport_index = i;
         params.udp_sport_base  = (uint16_t)((uintptr_t)vqp >> 6);
         status = vqp_dev_qp_connect(vqp->qps[i].dev_qp, &remote, &params);

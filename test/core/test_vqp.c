@@ -9,6 +9,7 @@
 #include <config.h>
 
 #include "../../src/core/vqp_int.h"
+#include "../dev/test_dev_log.h"
 
 #include <sched.h>
 #include <stdarg.h>
@@ -1077,9 +1078,25 @@ static void test_cancel_and_accounting(void **state)
 /* A virtual QP over two devices per side (the seeds' multi-NIC mode): keys
  * per device, one CQ per device, striped writes and in-order notifications
  * whose notify never overtakes data on the other device. */
-static void run_two_devices(vqp_lb_t lb)
+/* Wire layout of a virtual QP address (version 2), for the size checks and
+ * the corruption tests: header, the distinct device addresses, then per QP
+ * a 3-byte QPN and, with several devices, a 1-byte device index. */
+#define ADDR_HDR_LEN      9
+#define ADDR_OFF_VERSION  0
+#define ADDR_OFF_NUM_DEVS 8
+
+/* The packed size of @a dev's address. */
+static size_t dev_addr_len(vqp_dev_t *dev)
 {
-    vqp_params_t params = base_params(4, lb);
+    vqp_dev_addr_t a;
+
+    vqp_dev_address(dev, &a);
+    return vqp_dev_addr_packed_size(&a);
+}
+
+static void run_two_devices(vqp_lb_t lb, unsigned num_qps)
+{
+    vqp_params_t params = base_params(num_qps, lb);
     vqp_dev_t *devs[2][2];
     vqp_dev_mr_t *mrs[2][2];
     uint32_t lkeys[2][2], rkeys[2][2];
@@ -1118,6 +1135,13 @@ static void run_two_devices(vqp_lb_t lb)
         assert_int_equal(
             vqp_address_pack(vqps[s], addr[s], sizeof(addr[s]), &len[s]),
             UCS_OK);
+        /* Each device address once; 4 bytes per QP (QPN, device index). */
+        assert_int_equal(len[s], ADDR_HDR_LEN + dev_addr_len(devs[s][0]) +
+                                     dev_addr_len(devs[s][1]) +
+                                     (num_qps + 1) * 4);
+        assert_int_equal(addr[s][ADDR_OFF_NUM_DEVS], 2);
+        assert_int_equal(len[s], vqp_address_size(vqps[s]));
+        assert_int_equal(len[s], vqp_address_size_for(&params));
     }
     assert_int_equal(vqp_connect(vqps[0], addr[1], len[1]), UCS_OK);
     assert_int_equal(vqp_connect(vqps[1], addr[0], len[0]), UCS_OK);
@@ -1172,12 +1196,135 @@ static void run_two_devices(vqp_lb_t lb)
 
 static void test_two_devices_spray(void **state)
 {
-    run_two_devices(VQP_LB_SPRAY);
+    run_two_devices(VQP_LB_SPRAY, 4);
 }
 
 static void test_two_devices_dqplb(void **state)
 {
-    run_two_devices(VQP_LB_DQPLB);
+    run_two_devices(VQP_LB_DQPLB, 4);
+}
+
+static void test_two_devices_64qp(void **state)
+{
+    run_two_devices(VQP_LB_DQPLB, 64);
+}
+
+/* 64 QPs on one device: the device address once, 3 bytes per QP; the
+ * size functions are exact, a buffer one byte short is refused, and the
+ * pair works over the address. */
+static void test_address_compact(void **state)
+{
+    vqp_params_t params = base_params(64, VQP_LB_DQPLB);
+    char addr[2048];
+    size_t len, want;
+    pair_t p;
+
+    pair_create(&p, &params);
+    want = ADDR_HDR_LEN + dev_addr_len(p.a.dev) + 65 * 3;
+    assert_int_equal(vqp_address_size(p.a.vqp), want);
+    params.cq = p.a.cq;
+    assert_int_equal(vqp_address_size_for(&params), want);
+    assert_int_equal(vqp_address_pack(p.a.vqp, addr, want - 1, &len),
+                     UCS_ERR_BUFFER_TOO_SMALL);
+    expect_log("too small");
+    assert_int_equal(vqp_address_pack(p.a.vqp, addr, want, &len), UCS_OK);
+    assert_int_equal(len, want);
+    assert_int_equal(addr[ADDR_OFF_VERSION], 2);
+    assert_int_equal(addr[ADDR_OFF_NUM_DEVS], 1);
+    pair_destroy(&p);
+    run_writes(64, VQP_LB_DQPLB);
+}
+
+/* Connecting to @a addr of @a len bytes fails with a log line saying
+ * @a why, and leaves the virtual QP unconnected. */
+static void expect_bad_addr(vqp_t *vqp, const char *addr, size_t len,
+                            const char *why)
+{
+    assert_int_equal(vqp_connect(vqp, addr, len), UCS_ERR_INVALID_PARAM);
+    expect_log(why);
+    assert_false(vqp->connected);
+}
+
+/* Truncated, padded and corrupt addresses are refused with a clear error
+ * before any QP is touched; the intact address connects afterwards. */
+static void run_bad_address(unsigned num_devs)
+{
+    vqp_params_t params = base_params(8, VQP_LB_DQPLB);
+    vqp_dev_t *devs[2][2];
+    vqp_cq_params_t cqp;
+    vqp_cq_t *cqs[2];
+    vqp_t *vqps[2];
+    char addr[2][2048], bad[2048];
+    size_t len[2], i, qp_off, entry = (num_devs > 1) ? 4 : 3;
+    unsigned s, d;
+
+    for (s = 0; s < 2; ++s) {
+        vqp_cq_params_default(&cqp);
+        for (d = 0; d < num_devs; ++d) {
+            assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &devs[s][d]),
+                             UCS_OK);
+            cqp.devs[d] = devs[s][d];
+        }
+        cqp.num_devs = num_devs;
+        assert_int_equal(vqp_cq_create(&cqp, &cqs[s]), UCS_OK);
+        params.cq = cqs[s];
+        assert_int_equal(vqp_create(&params, &vqps[s]), UCS_OK);
+        assert_int_equal(
+            vqp_address_pack(vqps[s], addr[s], sizeof(addr[s]), &len[s]),
+            UCS_OK);
+    }
+    qp_off = len[1] - 9 * entry; /* 8 data QPs and the send QP */
+
+    for (i = 0; i < len[1]; ++i) { /* every truncation */
+        assert_int_equal(vqp_connect(vqps[0], addr[1], i),
+                         UCS_ERR_INVALID_PARAM);
+        assert_false(vqps[0]->connected);
+    }
+    expect_log("expected");
+    expect_bad_addr(vqps[0], addr[1], 3, "truncated");
+    memcpy(bad, addr[1], len[1]);
+    bad[len[1]] = 0;
+    expect_bad_addr(vqps[0], bad, len[1] + 1, "expected");
+
+    memcpy(bad, addr[1], len[1]);
+    bad[ADDR_OFF_VERSION] = 1; /* the old format: one full address per QP */
+    expect_bad_addr(vqps[0], bad, len[1], "format version 1, ours is 2");
+    memcpy(bad, addr[1], len[1]);
+    bad[ADDR_OFF_NUM_DEVS] = 0;
+    expect_bad_addr(vqps[0], bad, len[1], "0 devices");
+    bad[ADDR_OFF_NUM_DEVS] = VQP_MAX_DEVS + 1;
+    expect_bad_addr(vqps[0], bad, len[1], "does not match");
+    memcpy(bad, addr[1], len[1]);
+    bad[ADDR_HDR_LEN] = 0x42; /* the first device address's type */
+    expect_bad_addr(vqps[0], bad, len[1], "device address 0 of");
+    memcpy(bad, addr[1], len[1]);
+    memset(&bad[qp_off + 4 * entry], 0, 3); /* QPN 0 */
+    expect_bad_addr(vqps[0], bad, len[1], "QP 4 has QPN 0x0");
+    if (num_devs > 1) {
+        memcpy(bad, addr[1], len[1]);
+        bad[qp_off + 2 * entry + 3] = (char)num_devs;
+        expect_bad_addr(vqps[0], bad, len[1], "QP 2 has QPN");
+    }
+
+    assert_int_equal(vqp_connect(vqps[0], addr[1], len[1]), UCS_OK);
+    assert_int_equal(vqp_connect(vqps[1], addr[0], len[0]), UCS_OK);
+    for (s = 0; s < 2; ++s) {
+        vqp_destroy(vqps[s]);
+        assert_int_equal(vqp_cq_destroy(cqs[s]), UCS_OK);
+        for (d = 0; d < num_devs; ++d) {
+            assert_int_equal(vqp_dev_close(devs[s][d]), UCS_OK);
+        }
+    }
+}
+
+static void test_bad_address(void **state)
+{
+    run_bad_address(1);
+}
+
+static void test_bad_address_two_devices(void **state)
+{
+    run_bad_address(2);
 }
 
 static void test_bad_params(void **state)
@@ -1530,6 +1677,13 @@ int main(void)
         cmocka_unit_test(test_cancel_and_accounting),
         cmocka_unit_test(test_two_devices_spray),
         cmocka_unit_test(test_two_devices_dqplb),
+        cmocka_unit_test(test_two_devices_64qp),
+        cmocka_unit_test_setup_teardown(test_address_compact, test_log_setup,
+                                        test_log_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_address, test_log_setup,
+                                        test_log_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_address_two_devices,
+                                        test_log_setup, test_log_teardown),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_cq_capacity),
         cmocka_unit_test(test_post_errors),

@@ -1452,16 +1452,27 @@ static void run_semantics(pair_t *p, const scenario_t *sc)
 
 /* ---------------------------------------------------------- fault steps */
 
-/* QPN of QP @a i in a packed endpoint address: an 8-byte header, then per
- * QP a 12-byte software QP address (type, pid, instance, 24-bit QPN,
- * big-endian), docs/devices.md. */
+/* QPN of QP @a i in a packed endpoint address (format version 2): a 9-byte
+ * header whose last byte counts the device addresses, those addresses (9
+ * bytes each on the software device, type 0x5f), then per QP its 24-bit QPN
+ * (big-endian) and, with several devices, a device index; see
+ * docs/architecture.md. */
 static uint32_t ep_addr_qpn(const pair_t *p, unsigned i)
 {
-    const uint8_t *a = (const uint8_t *)p->own_ep_addr + 8 + 12 * i;
+    const uint8_t *a = (const uint8_t *)p->own_ep_addr;
+    unsigned num_devs, d;
+    size_t off = 9, entry;
 
-    CHECK(8 + 12 * (i + 1) <= p->ep_addr_len, "no QP %u in the address", i);
-    CHECK(a[0] == 0x5f, "QP %u address type 0x%02x", i, a[0]);
-    return ((uint32_t)a[9] << 16) | ((uint32_t)a[10] << 8) | a[11];
+    CHECK(p->ep_addr_len >= off, "address of %zu bytes", p->ep_addr_len);
+    CHECK(a[0] == 2, "address format version %u", a[0]);
+    num_devs = a[8];
+    entry    = 3 + (num_devs > 1);
+    for (d = 0; d < num_devs; ++d, off += 9) {
+        CHECK(a[off] == 0x5f, "device address %u type 0x%02x", d, a[off]);
+    }
+    off += entry * i;
+    CHECK(off + entry <= p->ep_addr_len, "no QP %u in the address", i);
+    return ((uint32_t)a[off] << 16) | ((uint32_t)a[off + 1] << 8) | a[off + 2];
 }
 
 static void run_faults(pair_t *p, const scenario_t *sc)
