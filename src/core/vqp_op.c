@@ -583,10 +583,8 @@ static void vqp_post_notifies(vqp_t *vqp)
  * belong to no operation (their completion only covers earlier WQEs). */
 static void vqp_fence_arm(vqp_t *vqp, vqp_op_t *op)
 {
-    vqp_frag_t *frag;
     vqp_pqp_t *pqp;
     unsigned i;
-    int ret;
 
     if (op->flags & VQP_OP_FENCE_ARMED) {
         return;
@@ -601,21 +599,11 @@ static void vqp_fence_arm(vqp_t *vqp, vqp_op_t *op)
         }
     }
     for (i = 0; i < vqp->num_pqps; ++i) {
+        /* A QP whose newest WQE is signaled has its CQE coming anyway. */
         pqp = &vqp->qps[i];
-        if (!pqp->alive || (pqp->frag_head == pqp->frag_tail)) {
-            continue;
+        if (!vqp_qp_covered(pqp) && !vqp_cover_qp(vqp, pqp)) {
+            ucs_warn("vqp %p: QP 0x%x: fence NOP refused", vqp, pqp->qpn);
         }
-        ret = vqp_mlx5_post_nop(&pqp->tx, VQP_MLX5_SIGNALED);
-        if (ret < 0) {
-            ucs_warn("vqp %p: QP 0x%x: fence NOP refused: %s", vqp, pqp->qpn,
-                     ucs_status_string((ucs_status_t)ret));
-            continue;
-        }
-        frag            = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
-        frag->op        = UINT32_MAX;
-        frag->kind      = VQP_FRAG_NOP;
-        frag->seq_valid = 0;
-        frag->wqe       = (uint16_t)ret;
     }
     op->flags |= VQP_OP_FENCE_ARMED;
 }
