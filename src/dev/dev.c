@@ -8,6 +8,8 @@
 
 #include "dev_int.h"
 
+#include <mlx5/vqp_mlx5.h>
+
 #include <ucs/debug/log.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,9 +256,12 @@ ucs_status_t vqp_dev_cq_create(vqp_dev_t *dev, uint32_t cqe,
     memset(dv, 0, sizeof(*dv));
     status = dev->ops->cq_create(dev, cqe, cq_p, dv);
     if (status == UCS_OK) {
-        (*cq_p)->dev      = dev;
-        (*cq_p)->refcount = 0;
-        (*cq_p)->cqn      = dv->cqn;
+        (*cq_p)->dev       = dev;
+        (*cq_p)->refcount  = 0;
+        (*cq_p)->cqn       = dv->cqn;
+        (*cq_p)->arm_uar   = dv->cq_uar;
+        (*cq_p)->arm_dbrec = dv->dbrec;
+        (*cq_p)->arm_sn    = 0;
         ++dev->num_objs;
         ucs_debug("%s: created CQ 0x%x of %u entries", dev->attr.name, dv->cqn,
                   dv->cqe_cnt);
@@ -283,6 +288,66 @@ ucs_status_t vqp_dev_cq_destroy(vqp_dev_cq_t *cq)
         --dev->num_objs;
     }
     return status;
+}
+
+/* ------------------------------------------------------------ events */
+
+static ucs_status_t vqp_dev_events_check(vqp_dev_t *dev, const char *what)
+{
+    if (dev == NULL) {
+        ucs_error("vqp_dev_%s: NULL device", what);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (!dev->attr.comp_events) {
+        ucs_error("%s: %s: the device has no completion events", dev->attr.name,
+                  what);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t vqp_dev_event_fd(vqp_dev_t *dev, int *fd_p)
+{
+    ucs_status_t status = vqp_dev_events_check(dev, "event_fd");
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (fd_p == NULL) {
+        ucs_error("%s: event_fd: NULL output argument", dev->attr.name);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return dev->ops->event_fd(dev, fd_p);
+}
+
+ucs_status_t vqp_dev_event_arm(vqp_dev_t *dev)
+{
+    ucs_status_t status = vqp_dev_events_check(dev, "event_arm");
+
+    return (status != UCS_OK) ? status : dev->ops->event_arm(dev);
+}
+
+ucs_status_t vqp_dev_cq_arm(vqp_dev_cq_t *cq, uint32_t ci, int solicited)
+{
+    vqp_mlx5_cq_t mcq;
+    ucs_status_t status;
+
+    if (cq == NULL) {
+        ucs_error("vqp_dev_cq_arm: NULL CQ");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    status = vqp_dev_events_check(cq->dev, "cq_arm");
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* The data path's arm needs only these fields. */
+    memset(&mcq, 0, sizeof(mcq));
+    mcq.uar    = cq->arm_uar;
+    mcq.dbrec  = cq->arm_dbrec;
+    mcq.cqn    = cq->cqn;
+    mcq.ci     = ci;
+    mcq.arm_sn = cq->arm_sn;
+    return vqp_mlx5_cq_arm(&mcq, solicited);
 }
 
 ucs_status_t vqp_dev_srq_create(vqp_dev_t *dev, uint32_t max_wr,

@@ -7,7 +7,7 @@
  */
 #include <config.h>
 
-#include "dev_int.h"
+#include "dev_hw_event.h"
 
 #include <ucs/debug/log.h>
 #include <endian.h>
@@ -20,7 +20,8 @@ typedef struct vqp_dev_hw {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     uint8_t port;
-    int gid_index; /* GID used as source, -1 on IB local */
+    int gid_index;                    /* GID used as source, -1 on IB local */
+    struct ibv_comp_channel *channel; /* every CQ's events; NULL: none */
 } vqp_dev_hw_t;
 
 typedef struct vqp_dev_hw_mr {
@@ -489,6 +490,11 @@ ucs_status_t vqp_dev_hw_open(const char *name,
     if (status != UCS_OK) {
         goto out_dealloc_pd;
     }
+    /* Created with the device, as CQs attach to it only at creation; a
+     * device without one still works, without events. */
+    hw->super.attr.comp_events =
+        vqp_dev_hw_channel_create(hw->ctx, name, UCS_LOG_LEVEL_DIAG,
+                                  &hw->channel) == UCS_OK;
 
     ibv_free_device_list(devices);
     *dev_p = &hw->super;
@@ -511,6 +517,7 @@ static void vqp_dev_hw_close(vqp_dev_t *dev)
 {
     vqp_dev_hw_t *hw = vqp_dev_hw(dev);
 
+    vqp_dev_hw_channel_destroy(hw->channel, dev->attr.name);
     if (ibv_dealloc_pd(hw->pd) != 0) {
         ucs_warn("%s: ibv_dealloc_pd failed: %m", dev->attr.name);
     }
@@ -584,8 +591,11 @@ static ucs_status_t vqp_dev_hw_cq_create(vqp_dev_t *dev, uint32_t cqe,
         ucs_error("%s: out of memory", dev->attr.name);
         return UCS_ERR_NO_MEMORY;
     }
-    /* 64-byte CQEs, uncompressed: the format the data path parses. */
+    /* 64-byte CQEs, uncompressed: the format the data path parses. Events
+     * name the CQ by its vqp_dev_cq_t (the arm sequence number). */
     cq_attr.cqe         = cqe;
+    cq_attr.channel     = vqp_dev_hw(dev)->channel;
+    cq_attr.cq_context  = &cq->super;
     mlx5_attr.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
     mlx5_attr.cqe_size  = 64;
     cq_ex = mlx5dv_create_cq(vqp_dev_hw(dev)->ctx, &cq_attr, &mlx5_attr);
@@ -1042,6 +1052,26 @@ static ucs_status_t vqp_dev_hw_ah_destroy(vqp_dev_ah_t *super)
     return UCS_OK;
 }
 
+static ucs_status_t vqp_dev_hw_event_fd(vqp_dev_t *dev, int *fd_p)
+{
+    *fd_p = vqp_dev_hw(dev)->channel->fd;
+    return UCS_OK;
+}
+
+/* Events consumed mean CQEs to poll: busy, as UCX's IB interfaces say. */
+static ucs_status_t vqp_dev_hw_event_arm(vqp_dev_t *dev)
+{
+    unsigned count;
+    ucs_status_t status;
+
+    status = vqp_dev_hw_channel_drain(vqp_dev_hw(dev)->channel, dev->attr.name,
+                                      &count);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return (count > 0) ? UCS_ERR_BUSY : UCS_OK;
+}
+
 static const vqp_dev_ops_t vqp_dev_hw_ops = {
     .close        = vqp_dev_hw_close,
     .progress     = vqp_dev_hw_progress,
@@ -1057,4 +1087,6 @@ static const vqp_dev_ops_t vqp_dev_hw_ops = {
     .ud_qp_create = vqp_dev_hw_ud_qp_create,
     .ah_create    = vqp_dev_hw_ah_create,
     .ah_destroy   = vqp_dev_hw_ah_destroy,
+    .event_fd     = vqp_dev_hw_event_fd,
+    .event_arm    = vqp_dev_hw_event_arm,
 };

@@ -43,6 +43,9 @@ typedef struct vqp_dev_ops {
     ucs_status_t (*ah_create)(vqp_dev_t *dev, const vqp_dev_addr_t *remote,
                               vqp_dev_ah_t **ah_p, struct mlx5_wqe_av *av);
     ucs_status_t (*ah_destroy)(vqp_dev_ah_t *ah);
+    /* Events (NULL: none); arguments checked. */
+    ucs_status_t (*event_fd)(vqp_dev_t *dev, int *fd_p);
+    ucs_status_t (*event_arm)(vqp_dev_t *dev);
 } vqp_dev_ops_t;
 
 /* Base of every device; implementations put it first in their own struct. */
@@ -61,6 +64,11 @@ struct vqp_dev_cq {
     vqp_dev_t *dev;
     unsigned refcount; /* QPs using it */
     uint32_t cqn;
+    /* Arming (vqp_dev_cq_arm): the doorbell page and record from the dv,
+     * and the sequence number, advanced for every event consumed. */
+    char *arm_uar;
+    volatile __be32 *arm_dbrec;
+    uint8_t arm_sn;
 };
 
 struct vqp_dev_srq {

@@ -90,6 +90,7 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->bandwidth        = VQP_DEV_SW_BANDWIDTH;
     attr->gid_index        = -1;
     attr->max_ud_msg       = VQP_SW_UD_MAX_MSG;
+    attr->comp_events      = 1;
 
     vqp_sw_dev_address(dev->sw, &sw_addr);
     dev->super.addr.type        = VQP_DEV_ADDR_SW;
@@ -383,6 +384,16 @@ static ucs_status_t vqp_dev_sw_ah_destroy(vqp_dev_ah_t *super)
     return UCS_OK;
 }
 
+static ucs_status_t vqp_dev_sw_event_fd(vqp_dev_t *dev, int *fd_p)
+{
+    return vqp_sw_dev_event_fd(vqp_dev_swd(dev), fd_p);
+}
+
+static ucs_status_t vqp_dev_sw_event_arm(vqp_dev_t *dev)
+{
+    return vqp_sw_dev_arm(vqp_dev_swd(dev));
+}
+
 static const vqp_dev_ops_t vqp_dev_sw_ops = {
     .close        = vqp_dev_sw_close,
     .progress     = vqp_dev_sw_progress,
@@ -398,4 +409,6 @@ static const vqp_dev_ops_t vqp_dev_sw_ops = {
     .ud_qp_create = vqp_dev_sw_ud_qp_create,
     .ah_create    = vqp_dev_sw_ah_create,
     .ah_destroy   = vqp_dev_sw_ah_destroy,
+    .event_fd     = vqp_dev_sw_event_fd,
+    .event_arm    = vqp_dev_sw_event_arm,
 };

@@ -98,6 +98,7 @@ typedef struct vqp_dev_attr {
     double bandwidth;    /* link data rate, bytes/s (estimates) */
     int gid_index;       /* RoCE: the GID index in use, else -1 */
     uint32_t max_ud_msg; /* largest UD payload: the path MTU */
+    int comp_events;     /* vqp_dev_event_* work (see "events" below) */
 } vqp_dev_attr_t;
 
 void vqp_dev_query(const vqp_dev_t *dev, vqp_dev_attr_t *attr);
@@ -247,6 +248,36 @@ ucs_status_t vqp_dev_ud_qp_create(vqp_dev_t *dev,
 ucs_status_t vqp_dev_ah_create(vqp_dev_t *dev, const vqp_dev_addr_t *remote,
                                vqp_dev_ah_t **ah_p, struct mlx5_wqe_av *av);
 ucs_status_t vqp_dev_ah_destroy(vqp_dev_ah_t *ah);
+
+/* ------------------------------------------------------------ events */
+
+/*
+ * Completion events, so a user can sleep in poll()/epoll instead of polling:
+ *
+ *   vqp_dev_event_fd(dev, &fd)  the device's event fd (non-blocking; owned by
+ *       the device, closed with it). Readable when something happened that
+ *       needs progress: hardware, an armed CQ got a CQE (a completion
+ *       channel created at open, every CQ of the device reports to it);
+ *       software, a peer deposited work for this device while it was armed
+ *       (the device's UNIX datagram socket, see vqp_sw.h).
+ *   vqp_dev_cq_arm(cq, ci, solicited)  asks for an event at the next CQE
+ *       (next solicited one if @a solicited) after consumer index @a ci (the
+ *       data path's count of polled CQEs): the mlx5 arm doorbell, written
+ *       through vqp_mlx5_cq_arm with the CQ's arm sequence number.
+ *   vqp_dev_event_arm(dev)  consumes what made the fd readable, then arms
+ *       the device. UCS_OK: sleeping on the fd is safe once the CQs are
+ *       armed. UCS_ERR_BUSY: events were consumed or work is pending (the
+ *       software device: posted WQEs, inbound records, unpolled CQEs, ...):
+ *       progress and poll first, then arm again.
+ *
+ * The caller's order: vqp_dev_event_arm, then vqp_dev_cq_arm of every CQ,
+ * then check the CQs for CQEs (one that arrived before the arm raises no
+ * event), then sleep. Without events (attr.comp_events == 0) every call is
+ * UCS_ERR_UNSUPPORTED with a log line.
+ */
+ucs_status_t vqp_dev_event_fd(vqp_dev_t *dev, int *fd_p);
+ucs_status_t vqp_dev_event_arm(vqp_dev_t *dev);
+ucs_status_t vqp_dev_cq_arm(vqp_dev_cq_t *cq, uint32_t ci, int solicited);
 
 /* ------------------------------------------------------------ connection */
 

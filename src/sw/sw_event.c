@@ -126,14 +126,13 @@ static const char *vqp_sw_dev_pending(vqp_sw_dev_t *dev, ucs_status_t *err)
         /* An arm doorbell (8 bytes at cq_uar + MLX5_CQ_DOORBELL) must match
          * its record and name this CQ, as a ConnectX requires; its consumer
          * index lags the producer when a CQE would fire the event now. */
-        db = 0;
         memcpy(&val, (uint8_t *)cq->uar + MLX5_CQ_DOORBELL, sizeof(val));
         memcpy(&db, (uint8_t *)cq->uar + MLX5_CQ_DOORBELL + 4, sizeof(db));
+        if ((val == UINT32_MAX) && (db == UINT32_MAX)) {
+            continue; /* never armed (the page's initial pattern) */
+        }
         val = be32toh(val);
         db  = be32toh(db);
-        if ((val == 0) && (db == 0)) {
-            continue; /* never armed */
-        }
         rec = be32toh(__atomic_load_n(&cq->dbrec[1], __ATOMIC_ACQUIRE));
         if ((db != cq->index) ||
             ((val & ~(0x3u << 28 | MLX5_CQ_DB_REQ_NOT_SOL | 0xffffffu)) != 0) ||

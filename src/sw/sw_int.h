@@ -215,7 +215,8 @@ struct vqp_sw_cq {
     size_t pages;
     uint64_t off;
     /* Arm doorbell target (mlx5 writes 8 bytes at cq_uar + 0x20): checked
-     * by vqp_sw_dev_arm against the arm record dbrec[1]. */
+     * by vqp_sw_dev_arm against the arm record dbrec[1]; all ones until
+     * the first arm. */
     uint64_t uar[8];
     /* CQEs held back by reorder injection, emitted in FIFO order. */
     unsigned n_held;

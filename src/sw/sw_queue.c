@@ -81,6 +81,9 @@ ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
     cq->dbrec    = dev->shm->cq_dbrec[i];
     cq->dbrec[0] = 0;
     cq->dbrec[1] = 0;
+    /* All ones is no valid arm doorbell (reserved bits): "never armed",
+     * while CQ 0 armed at index 0 with sequence 0 writes all zeros. */
+    memset(cq->uar, 0xff, sizeof(cq->uar));
     /* Invalid opcode, owner 0: software sees nothing until we write. */
     for (i = 0; i < cnt; ++i) {
         cq->buf[i].op_own = MLX5_CQE_INVALID << 4;

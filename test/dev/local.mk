@@ -39,13 +39,26 @@ dev_hw_mock_wrap = \
 	-Wl,--wrap=mlx5dv_init_obj,--wrap=ibv_create_srq,--wrap=ibv_destroy_srq \
 	-Wl,--wrap=ibv_create_qp,--wrap=ibv_destroy_qp,--wrap=ibv_modify_qp \
 	-Wl,--wrap=mlx5dv_modify_qp_udp_sport \
-	-Wl,--wrap=ibv_create_ah,--wrap=ibv_destroy_ah
+	-Wl,--wrap=ibv_create_ah,--wrap=ibv_destroy_ah \
+	-Wl,--wrap=ibv_create_comp_channel,--wrap=ibv_destroy_comp_channel
 check_PROGRAMS += test/dev/test_dev_hw_mock
-test_dev_test_dev_hw_mock_SOURCES = test/dev/test_dev_hw_mock.c
+test_dev_test_dev_hw_mock_SOURCES = test/dev/test_dev_hw_mock.c \
+	test/dev/dev_hw_mock_channel.c
 test_dev_test_dev_hw_mock_CFLAGS  = $(dev_test_cflags)
 test_dev_test_dev_hw_mock_LDFLAGS = $(AM_LDFLAGS) $(dev_hw_mock_wrap)
 test_dev_test_dev_hw_mock_LDADD   = $(dev_test_cmocka)
 
+# Completion events of dev_hw_event.c / dev.c under a fake completion
+# channel.
+check_PROGRAMS += test/dev/test_dev_hw_event
+test_dev_test_dev_hw_event_SOURCES = test/dev/test_dev_hw_event.c
+test_dev_test_dev_hw_event_CFLAGS  = $(dev_test_cflags)
+test_dev_test_dev_hw_event_LDFLAGS = $(AM_LDFLAGS) \
+	-Wl,--wrap=ibv_create_comp_channel,--wrap=ibv_destroy_comp_channel \
+	-Wl,--wrap=ibv_get_cq_event,--wrap=ibv_ack_cq_events
+test_dev_test_dev_hw_event_LDADD   = $(dev_test_cmocka)
+
+TESTS += test/dev/test_dev_hw_event
 TESTS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw \
 	test/dev/test_dev_hw_mock
 endif
