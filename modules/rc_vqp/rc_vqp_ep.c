@@ -716,11 +716,11 @@ ucs_status_t uct_rc_vqp_ep_check(uct_ep_h tl_ep, unsigned flags,
         /* Reported already, or connecting: the connect timeout will tell. */
         return UCS_OK;
     }
-    /* A zero-length write to nowhere reaches the peer's QP: a dead peer
-     * turns it into an error completion, reported once. Posted even with
-     * operations in flight: those may all have executed already, their
+    /* The core's probe: a zero-length write on every QP, so a dead peer
+     * fails them all at once and the error is reported once. Posted even
+     * with operations in flight: those may all have executed already, the
      * last one without a completion to come. */
-    uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, 0, 0, NULL, 0, 0, 0, 0);
+    uct_rc_vqp_wr_init(&wr, VQP_OP_PROBE, 0, 0, NULL, 0, 0, 0, 0);
     status = vqp_post_send(ep->vqp, &wr);
     return (status == UCS_ERR_NO_RESOURCE) ? UCS_OK : status;
 }

@@ -58,8 +58,12 @@ typedef enum vqp_opcode {
     VQP_OP_ATOMIC_OR,   /* or with compare_add */
     VQP_OP_ATOMIC_XOR,  /* xor with compare_add */
     VQP_OP_FLUSH,       /* completes when everything posted before it has */
-    VQP_OP_RECV,        /* completion of a data receive (SEND arrived) */
-    VQP_OP_RECV_NOTIFY  /* completion of a notification (WRITE_IMM arrived) */
+    /* A zero-length WRITE on every physical QP alive: checks that the peer
+     * answers. Fails only when the peer is unreachable (no data QP or the
+     * send QP is left); QPs failing one by one do not fail it. */
+    VQP_OP_PROBE,
+    VQP_OP_RECV,       /* completion of a data receive (SEND arrived) */
+    VQP_OP_RECV_NOTIFY /* completion of a notification (WRITE_IMM arrived) */
 } vqp_opcode_t;
 
 enum {

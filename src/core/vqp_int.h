@@ -36,7 +36,8 @@ typedef enum vqp_frag_kind {
     VQP_FRAG_WHOLE,  /* a whole unstriped operation on one QP */
     VQP_FRAG_NOTIFY, /* SPRAY: zero-length WRITE_IMM on the notify QP */
     VQP_FRAG_FINAL,  /* DQPLB: SEND_IMM closing an operation */
-    VQP_FRAG_NOP     /* FLUSH: signaled NOP covering the QP's earlier WQEs */
+    VQP_FRAG_NOP,    /* FLUSH: signaled NOP covering the QP's earlier WQEs */
+    VQP_FRAG_PROBE   /* PROBE: a zero-length WRITE on one QP */
 } vqp_frag_kind_t;
 
 enum {

@@ -244,6 +244,10 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
                                          flags | VQP_MLX5_INLINE);
         dqplb   = (vqp->lb == VQP_LB_DQPLB);
         break;
+    case VQP_FRAG_PROBE:
+        ret   = vqp_mlx5_post_write(&pqp->tx, NULL, 0, 0, 0, flags);
+        dqplb = 0;
+        break;
     default: /* VQP_FRAG_NOP */
         ret   = vqp_mlx5_post_nop(&pqp->tx, flags);
         dqplb = 0;
@@ -484,6 +488,29 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
 
     if (ucs_unlikely(vqp->fatal != UCS_OK)) {
         vqp_op_fail_unposted(vqp, op, vqp->fatal);
+        return 1;
+    }
+
+    if (op->opcode == VQP_OP_PROBE) {
+        /* Every QP reaches the peer on its own, so a dead peer fails them
+         * all at once (one WRITE would be replayed QP after QP, each taking
+         * the whole retry time). */
+        for (i = 0; i < vqp->num_pqps; ++i) {
+            pqp = &vqp->qps[i];
+            if (pqp->alive && !vqp_pqp_has_room(pqp)) {
+                return 0;
+            }
+        }
+        count = 0;
+        for (i = 0; i < vqp->num_pqps; ++i) {
+            pqp = &vqp->qps[i];
+            if (pqp->alive && (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_PROBE, 0,
+                                             0, 0) == UCS_OK)) {
+                ++count;
+            }
+        }
+        op->remaining   = count;
+        op->tail_posted = 1;
         return 1;
     }
 
@@ -799,6 +826,16 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
         --op->remaining;
         return;
     }
+    if (f->kind == VQP_FRAG_PROBE) {
+        /* One QP failing says little; the peer is gone when no data QP is
+         * left (vqp->fatal) or the send QP died (no SEND can reach it). */
+        if ((op->status == UCS_OK) &&
+            ((vqp->fatal != UCS_OK) || !vqp->send_qp->alive)) {
+            op->status = (vqp->fatal != UCS_OK) ? vqp->fatal : status;
+        }
+        --op->remaining;
+        return;
+    }
     if (op->status == UCS_OK) {
         op->status = status;
     }
@@ -938,6 +975,7 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
     case VQP_OP_WRITE_IMM:
     case VQP_OP_READ:
     case VQP_OP_FLUSH:
+    case VQP_OP_PROBE:
         break;
     case VQP_OP_SEND:
     case VQP_OP_SEND_IMM:
@@ -1093,7 +1131,8 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
     }
     if (ucs_unlikely(!vqp->send_qp->alive) &&
         !((wr->opcode == VQP_OP_WRITE) || (wr->opcode == VQP_OP_READ) ||
-          (wr->opcode == VQP_OP_WRITE_IMM) || (wr->opcode == VQP_OP_FLUSH))) {
+          (wr->opcode == VQP_OP_WRITE_IMM) || (wr->opcode == VQP_OP_FLUSH) ||
+          (wr->opcode == VQP_OP_PROBE))) {
         /* SENDs and atomics have one QP; it is gone. */
         return vqp->send_qp->error;
     }
@@ -1121,10 +1160,10 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
         op->compare_add = wr->compare_add;
         op->swap        = wr->swap;
     }
-    if (wr->opcode == VQP_OP_FLUSH) {
+    if ((wr->opcode == VQP_OP_FLUSH) || (wr->opcode == VQP_OP_PROBE)) {
         op->striped   = 0;
         op->nfrags    = 0;
-        op->remaining = 1; /* set to the NOP count at dispatch */
+        op->remaining = 1; /* set to the WQE count at dispatch */
     } else if ((wr->opcode <= VQP_OP_READ) &&
                vqp_op_stripes(vqp, wr->opcode, wr->length)) {
         vqp_op_set_striped(vqp, op);

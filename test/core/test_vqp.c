@@ -1583,6 +1583,62 @@ static void test_srq(void **state)
     side_close(&b);
 }
 
+/* The probe: a zero-length WRITE on every QP at once. It succeeds while
+ * the peer answers (also after one data QP failed); when the peer is gone
+ * it fails once, with no fragment replayed QP after QP. */
+static void run_probe(vqp_lb_t lb)
+{
+    vqp_params_t params = base_params(4, lb);
+    vqp_stats_t before, after;
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    params.connect.timeout   = 8; /* ~1 ms per try, 2 tries */
+    params.connect.retry_cnt = 1;
+    pair_create(&p, &params);
+    wr        = make_wr(&p.a, &p.b, VQP_OP_PROBE, 1, 0, 0, 0);
+    wr.length = 0;
+    vqp_query_stats(p.a.vqp, &before);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 1);
+    assert_int_equal(p.a.wcs[0].status, UCS_OK);
+    vqp_query_stats(p.a.vqp, &after);
+    assert_int_equal(after.frags_posted - before.frags_posted,
+                     p.a.vqp->num_pqps);
+
+    /* One data QP (not the send QP) dies: the peer still answers. */
+    assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->qps[1].dev_qp), UCS_OK);
+    wr.wr_id = 2;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 2, 0);
+    assert_int_equal(p.a.wcs[1].wr_id, 2);
+    assert_int_equal(p.a.wcs[1].status, UCS_OK);
+
+    /* The peer's virtual QP is gone: every QP fails at once. */
+    vqp_destroy(p.b.vqp);
+    p.b.vqp = NULL;
+    vqp_query_stats(p.a.vqp, &before);
+    wr.wr_id = 3;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 3, 0);
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, 3);
+    assert_int_equal(p.a.wcs[2].wr_id, 3);
+    assert_true(p.a.wcs[2].status != UCS_OK);
+    vqp_query_stats(p.a.vqp, &after);
+    assert_int_equal(after.frags_replayed, before.frags_replayed);
+    assert_int_equal(after.frags_posted - before.frags_posted,
+                     p.a.vqp->num_pqps - 1);
+    pair_destroy(&p);
+}
+
+static void test_probe(void **state)
+{
+    run_probe(VQP_LB_DQPLB);
+    run_probe(VQP_LB_SPRAY);
+}
+
 static void test_post_errors(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -1668,6 +1724,7 @@ int main(void)
         cmocka_unit_test(test_unsignaled_before_striped),
         cmocka_unit_test(test_fenced_inline_after_unsignaled),
         cmocka_unit_test(test_srq),
+        cmocka_unit_test(test_probe),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_all_qps_fail),
