@@ -4,7 +4,8 @@ rc_vqp_module_sources = \
 	modules/rc_vqp/rc_vqp_md.c \
 	modules/rc_vqp/rc_vqp_iface.c \
 	modules/rc_vqp/rc_vqp_ep.c \
-	modules/rc_vqp/rc_vqp_cm.c
+	modules/rc_vqp/rc_vqp_cm.c \
+	modules/rc_vqp/rc_vqp_event.c
 
 noinst_HEADERS += \
 	modules/rc_vqp/rc_vqp_abi.h \

@@ -205,6 +205,10 @@ ucs_status_t uct_rc_vqp_ep_connect_to_ep(uct_ep_h tl_ep,
                                          const uct_device_addr_t *dev_addr,
                                          const uct_ep_addr_t *ep_addr);
 
+/* Interface events (rc_vqp_event.c). */
+ucs_status_t uct_rc_vqp_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p);
+ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events);
+
 /* Schedule endpoints whose pending requests can go now (iface progress). */
 void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface);
 

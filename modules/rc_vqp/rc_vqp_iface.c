@@ -317,6 +317,11 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
                       UCT_IFACE_FLAG_CONNECT_TO_IFACE |
                       UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                       UCT_IFACE_FLAG_EP_CHECK;
+    if (dev_attr.comp_events) {
+        attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
+                                UCT_IFACE_FLAG_EVENT_RECV |
+                                UCT_IFACE_FLAG_EVENT_FD;
+    }
     /* 64-bit add and cswap are basic atomics; the rest needs the extended
      * (masked) ones, as rc_mlx5 offers them. */
     attr->cap.atomic64.op_flags = UCS_BIT(UCT_ATOMIC_OP_ADD);
@@ -491,6 +496,8 @@ static uct_iface_ops_t uct_rc_vqp_iface_ops = {
     .iface_get_device_address = uct_rc_vqp_iface_get_device_address,
     .iface_get_address        = uct_rc_vqp_iface_get_address,
     .iface_is_reachable       = uct_rc_vqp_iface_is_reachable,
+    .iface_event_fd_get       = uct_rc_vqp_iface_event_fd_get,
+    .iface_event_arm          = uct_rc_vqp_iface_event_arm,
 };
 
 static ucs_status_t

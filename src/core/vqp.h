@@ -135,6 +135,19 @@ unsigned vqp_cq_progress(vqp_cq_t *cq);
  * fit stay queued for the next call. */
 unsigned vqp_cq_poll(vqp_cq_t *cq, vqp_wc_t *wcs, unsigned max);
 
+/* Arms every physical CQ for an event at its next CQE (vqp_dev_cq_arm with
+ * the data path's consumer index). Call after vqp_dev_event_arm of the
+ * devices. UCS_ERR_BUSY: a CQE is already there or poll-mode completions
+ * wait: progress (or poll) first, sleeping would miss them. Other errors:
+ * the device cannot arm (no events). */
+ucs_status_t vqp_cq_arm(vqp_cq_t *cq);
+
+/* An fd of this virtual CQ's own (created on the first call, closed by
+ * vqp_cq_destroy), readable when one of its devices' event fds is: an epoll
+ * set over them. Users that register fds by number (UCX's async and worker
+ * event sets) get a distinct fd per CQ although the devices are shared. */
+ucs_status_t vqp_cq_event_fd(vqp_cq_t *cq, int *fd_p);
+
 /* ------------------------------------------------------------ virtual QP */
 
 typedef struct vqp_params {

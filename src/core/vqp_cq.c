@@ -10,7 +10,47 @@
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+/* Event fds of virtual CQs (vqp_cq_event_fd), by CQ: kept beside the CQ
+ * object so that only CQs that asked pay for one. */
+static pthread_mutex_t vqp_cq_efd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const vqp_cq_t *cq;
+    int fd;
+} * vqp_cq_efds;
+static unsigned vqp_cq_num_efds;
+
+/* The slot of @a cq, or -1; with the lock held. */
+static int vqp_cq_efd_find(const vqp_cq_t *cq)
+{
+    unsigned i;
+
+    for (i = 0; i < vqp_cq_num_efds; ++i) {
+        if (vqp_cq_efds[i].cq == cq) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static void vqp_cq_efd_close(const vqp_cq_t *cq)
+{
+    int i;
+
+    pthread_mutex_lock(&vqp_cq_efd_lock);
+    i = vqp_cq_efd_find(cq);
+    if (i >= 0) {
+        close(vqp_cq_efds[i].fd);
+        vqp_cq_efds[i] = vqp_cq_efds[--vqp_cq_num_efds];
+    }
+    pthread_mutex_unlock(&vqp_cq_efd_lock);
+}
 
 void vqp_cq_params_default(vqp_cq_params_t *params)
 {
@@ -82,6 +122,7 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
         ucs_error("vqp cq %p: %u virtual QPs still use it", cq, cq->num_vqps);
         return UCS_ERR_BUSY;
     }
+    vqp_cq_efd_close(cq);
     for (i = 0; i < cq->num_devs; ++i) {
         for (j = 0; j < VQP_QPN_HIGH_SIZE; ++j) {
             ucs_free(cq->devs[i].qpn_table[j]);
@@ -213,4 +254,85 @@ unsigned vqp_cq_poll(vqp_cq_t *cq, vqp_wc_t *wcs, unsigned max)
     cq->out      = NULL;
     cq->out_left = 0;
     return count;
+}
+
+ucs_status_t vqp_cq_arm(vqp_cq_t *cq)
+{
+    vqp_cq_dev_t *cdev;
+    ucs_status_t status;
+    uint8_t op_own;
+    unsigned i;
+
+    if (cq->wc_head != cq->wc_tail) {
+        return UCS_ERR_BUSY;
+    }
+    for (i = 0; i < cq->num_devs; ++i) {
+        cdev   = &cq->devs[i];
+        status = vqp_dev_cq_arm(cdev->dev_cq, cdev->cq.ci, 0);
+        if (status != UCS_OK) {
+            return status;
+        }
+        /* Armed first, then looked: a CQE written before the arm raises no
+         * event, one written after it does. */
+        ucs_memory_cpu_fence();
+        op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(&cdev->cq, cdev->cq.ci)
+                      ->op_own;
+        if (vqp_mlx5_cqe_is_sw_owned(op_own, cdev->cq.ci, cdev->cq.log_cnt)) {
+            return UCS_ERR_BUSY;
+        }
+    }
+    return UCS_OK;
+}
+
+ucs_status_t vqp_cq_event_fd(vqp_cq_t *cq, int *fd_p)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    ucs_status_t status   = UCS_OK;
+    void *grown;
+    int i, efd = -1, dfd;
+    unsigned d;
+
+    pthread_mutex_lock(&vqp_cq_efd_lock);
+    i = vqp_cq_efd_find(cq);
+    if (i >= 0) {
+        *fd_p = vqp_cq_efds[i].fd;
+        goto out;
+    }
+    efd = epoll_create1(EPOLL_CLOEXEC);
+    if (efd < 0) {
+        ucs_error("vqp cq %p: epoll_create1 failed: %m", cq);
+        status = UCS_ERR_IO_ERROR;
+        goto out;
+    }
+    for (d = 0; d < cq->num_devs; ++d) {
+        status = vqp_dev_event_fd(cq->devs[d].dev, &dfd);
+        if (status != UCS_OK) {
+            goto err;
+        }
+        ev.data.u32 = d;
+        if (epoll_ctl(efd, EPOLL_CTL_ADD, dfd, &ev) != 0) {
+            ucs_error("vqp cq %p: cannot watch device %u's event fd %d: %m", cq,
+                      d, dfd);
+            status = UCS_ERR_IO_ERROR;
+            goto err;
+        }
+    }
+    grown = realloc(vqp_cq_efds, (vqp_cq_num_efds + 1) * sizeof(*vqp_cq_efds));
+    if (grown == NULL) {
+        ucs_error("vqp cq %p: out of memory for its event fd", cq);
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+    vqp_cq_efds                     = grown;
+    vqp_cq_efds[vqp_cq_num_efds].cq = cq;
+    vqp_cq_efds[vqp_cq_num_efds].fd = efd;
+    ++vqp_cq_num_efds;
+    *fd_p = efd;
+    goto out;
+
+err:
+    close(efd);
+out:
+    pthread_mutex_unlock(&vqp_cq_efd_lock);
+    return status;
 }

@@ -153,6 +153,9 @@ static const char *vqp_sw_dev_pending(vqp_sw_dev_t *dev, ucs_status_t *err)
             return "an invalid arm doorbell";
         }
         if (((pi - val) & 0xffffff) != 0) {
+            /* The arm fires, once: like a ConnectX's, it is used up and
+             * the CQ must be armed again for the next event. */
+            memset(cq->uar, 0xff, sizeof(cq->uar));
             return "CQEs past the armed consumer index";
         }
     }

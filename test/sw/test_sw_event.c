@@ -238,8 +238,18 @@ static void test_arm_doorbell(void **state)
     fx_nop(f, A, MLX5_WQE_CTRL_CQ_UPDATE);
     assert_int_equal(fx_poll(f, A, 0, &cqe), 0);
     assert_int_equal(vqp_sw_dev_arm(f->devs[A]), UCS_ERR_BUSY);
+    /* That arm fired and is used up: nothing pending any more. */
+    assert_int_equal(vqp_sw_dev_arm(f->devs[A]), UCS_OK);
     arm_cq(c, MLX5_CQ_DB_REQ_NOT, c->ci, c->dv.cqn, 0);
     assert_int_equal(vqp_sw_dev_arm(f->devs[A]), UCS_OK);
+    /* CQ 0 armed at index 0 with sequence 0 is an all-zero doorbell: a
+     * valid arm, not "never armed". */
+    assert_int_equal(f->scq[B].dv.cqn, 0);
+    f->scq[B].dv.dbrec[1]                                                  = 0;
+    *(volatile uint64_t *)((char *)f->scq[B].dv.cq_uar + MLX5_CQ_DOORBELL) = 0;
+    fx_nop(f, B, MLX5_WQE_CTRL_CQ_UPDATE);
+    assert_int_equal(fx_poll(f, B, 0, &cqe), 0);
+    assert_int_equal(vqp_sw_dev_arm(f->devs[B]), UCS_ERR_BUSY);
     assert_string_equal(sw_test_log_buf, "");
 }
 

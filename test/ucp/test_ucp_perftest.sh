@@ -217,6 +217,11 @@ if [ "${1:-}" = --full ]; then
     done
 else
     run tag_lat 8 2000 -w 100
+    # -E sleep: ucp_worker_wait sleeps on the worker's fd between
+    # progress calls, armed through rc_vqp's iface_event_arm; a lost wakeup
+    # hangs until PERFTEST_TIMEOUT and fails the run.
+    run tag_lat 8 2000 -w 100 -E sleep
+    run tag_bw 1048579 40 -w 2 -E sleep
     run tag_bw 8193 2000 -w 10
     # Rendezvous, not a multiple of a page or fragment.
     run tag_bw 1048579 40 -w 2

@@ -20,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -61,7 +62,8 @@ typedef enum {
     SC_KILL_IDLE,
     SC_FENCE_UNSIGNALED,
     SC_AM_NULL,
-    SC_CONNECT
+    SC_CONNECT,
+    SC_EVENTS
 } sc_kind_t;
 
 typedef struct scenario {
@@ -1890,6 +1892,238 @@ static void run_connect(pair_t *p, const scenario_t *sc)
           ucs_status_string(p->err_status));
 }
 
+/* ------------------------------------------------------ events (sleep) */
+
+/* Both sides sleep in poll() on the interface's event fd whenever
+ * uct_iface_event_arm says UCS_OK, and must still exchange every AM and see
+ * every put/get completion. A poll() that times out while work was waiting
+ * is a lost wakeup: the check fails instead of hanging. */
+#define EV_AM_MAGIC 0xe7e7e7e7e7e7e7e7ull
+#define EV_ROUNDS   20
+#define EV_POLL_MS  3000
+
+typedef struct ev_stats {
+    unsigned arms, busy, sleeps, wakeups;
+} ev_stats_t;
+
+static int ev_am_count;
+static int ev_am_bad;
+
+static ucs_status_t ev_am_handler(void *arg, void *data, size_t length,
+                                  unsigned flags)
+{
+    uint64_t hdr, seq;
+
+    if (length != 16) {
+        ev_am_bad = 1;
+    } else {
+        memcpy(&hdr, data, 8);
+        memcpy(&seq, (uint8_t *)data + 8, 8);
+        ev_am_bad |= (hdr != EV_AM_MAGIC) || (seq != (uint64_t)ev_am_count);
+    }
+    ++ev_am_count;
+    return UCS_OK;
+}
+
+/* Progress until idle, then arm and sleep, until *flag >= value. */
+static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
+                           ev_stats_t *st, const char *what)
+{
+    double deadline   = pair_now() + PAIR_WAIT_SEC;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    ucs_status_t status;
+    int ret;
+
+    for (;;) {
+        while (uct_worker_progress(p->worker) != 0) {
+        }
+        if (*(volatile const int *)flag >= value) {
+            return;
+        }
+        CHECK(pair_now() < deadline, "%s: not done after %.0f s (%d of %d)",
+              what, PAIR_WAIT_SEC, *flag, value);
+        ++st->arms;
+        status =
+            uct_iface_event_arm(p->iface, UCT_EVENT_SEND_COMP | UCT_EVENT_RECV);
+        if (status == UCS_ERR_BUSY) {
+            ++st->busy;
+            continue;
+        }
+        CHECK_STATUS(status, UCS_OK);
+        ++st->sleeps;
+        do {
+            ret = poll(&pfd, 1, EV_POLL_MS);
+        } while ((ret < 0) && (errno == EINTR));
+        CHECK(ret >= 0, "poll: %m");
+        if (ret == 0) {
+            /* Armed and idle for seconds: nothing may have been waiting. */
+            CHECK((uct_worker_progress(p->worker) == 0) &&
+                      (*(volatile const int *)flag < value),
+                  "%s: lost wakeup: work was waiting after %d ms asleep", what,
+                  EV_POLL_MS);
+            continue;
+        }
+        CHECK(pfd.revents & POLLIN, "poll revents 0x%x", pfd.revents);
+        ++st->wakeups;
+    }
+}
+
+/* Progress and arm until arm says UCS_OK (bounded). */
+static void ev_arm_idle(pair_t *p)
+{
+    double deadline = pair_now() + PAIR_WAIT_SEC;
+    ucs_status_t status;
+
+    while ((status = uct_iface_event_arm(p->iface, UCT_EVENT_SEND_COMP |
+                                                       UCT_EVENT_RECV)) ==
+           UCS_ERR_BUSY) {
+        CHECK(pair_now() < deadline, "arm still BUSY after %.0f s",
+              PAIR_WAIT_SEC);
+        pair_progress(p);
+    }
+    CHECK_STATUS(status, UCS_OK);
+}
+
+static void ev_am_send(pair_t *p, uint64_t seq)
+{
+    double deadline = pair_now() + PAIR_WAIT_SEC;
+    ucs_status_t status;
+
+    while ((status = uct_ep_am_short(p->ep, AM_ID_DATA, EV_AM_MAGIC, &seq,
+                                     sizeof(seq))) == UCS_ERR_NO_RESOURCE) {
+        CHECK(pair_now() < deadline, "am_short: no resources for %.0f s",
+              PAIR_WAIT_SEC);
+        uct_worker_progress(p->worker);
+    }
+    CHECK_STATUS(status, UCS_OK);
+}
+
+static void run_events(pair_t *p, const scenario_t *sc)
+{
+    size_t len    = 1 * MiB + 4096; /* striped over the QPs */
+    ev_stats_t st = {0};
+    unsigned step = 1;
+    test_comp_t comp;
+    pair_msg_t msg;
+    uct_iov_t iov;
+    int fd, fd2, i, target_am = 0;
+    ucs_status_t status;
+
+    CHECK((p->attr.cap.event_flags &
+           (UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV |
+            UCT_IFACE_FLAG_EVENT_FD)) ==
+              (UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV |
+               UCT_IFACE_FLAG_EVENT_FD),
+          "event flags 0x%lx", (unsigned long)p->attr.cap.event_flags);
+    CHECK_STATUS(uct_iface_event_fd_get(p->iface, &fd), UCS_OK);
+    CHECK_STATUS(uct_iface_event_fd_get(p->iface, &fd2), UCS_OK);
+    CHECK(fd == fd2, "event fd changed: %d, then %d", fd, fd2);
+    CHECK_STATUS(uct_iface_event_arm(p->iface, 0x100u), UCS_ERR_INVALID_PARAM);
+    CHECK_STATUS(
+        uct_iface_set_am_handler(p->iface, AM_ID_DATA, ev_am_handler, p, 0),
+        UCS_OK);
+    /* Both handlers in place before the first AM. */
+    pair_send(p, MSG_READY, 0, 0);
+    pair_recv(p, MSG_READY, 0, &msg);
+
+    /* AM ping-pong: each side sleeps until the other's message arrives. */
+    for (i = 0; i < EV_ROUNDS; ++i) {
+        if (p->is_initiator) {
+            ev_am_send(p, i);
+            ev_sleep_until(p, fd, &ev_am_count, i + 1, &st, "AM reply");
+        } else {
+            ev_sleep_until(p, fd, &ev_am_count, i + 1, &st, "AM");
+            ev_am_send(p, i);
+        }
+    }
+    CHECK(!ev_am_bad, "an AM arrived with a wrong header or sequence");
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_DONE, step, &msg);
+    ++step;
+
+    if (p->is_initiator) {
+        iov.memh   = p->memh;
+        iov.stride = 0;
+        iov.count  = 1;
+
+        /* put_zcopy: a posted WQE is pending work, arm says BUSY; the
+         * completion comes while we sleep between arms. */
+        pattern_fill(p->buf, len, 7);
+        iov.buffer = p->buf;
+        iov.length = len;
+        test_comp_init(&comp, 1);
+        status = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf, p->rkey.rkey,
+                                  &comp.uc);
+        test_comp_returned(&comp, status, "put_zcopy");
+        CHECK(status == UCS_INPROGRESS, "put_zcopy: %s",
+              ucs_status_string(status));
+        CHECK_STATUS(uct_iface_event_arm(p->iface, UCT_EVENT_SEND_COMP),
+                     UCS_ERR_BUSY);
+        ev_sleep_until(p, fd, &comp.calls, 1, &st, "put_zcopy completion");
+        CHECK(comp.uc.status == UCS_OK, "put_zcopy: %s",
+              ucs_status_string(comp.uc.status));
+        pair_send(p, MSG_DONE, step, len);
+
+        /* get_zcopy back into the second half. */
+        memset(p->buf + len, 0, len);
+        iov.buffer = p->buf + len;
+        test_comp_init(&comp, 1);
+        status = uct_ep_get_zcopy(p->ep, &iov, 1, p->remote_buf, p->rkey.rkey,
+                                  &comp.uc);
+        test_comp_returned(&comp, status, "get_zcopy");
+        CHECK(status == UCS_INPROGRESS, "get_zcopy: %s",
+              ucs_status_string(status));
+        CHECK_STATUS(uct_iface_event_arm(p->iface, UCT_EVENT_SEND_COMP),
+                     UCS_ERR_BUSY);
+        ev_sleep_until(p, fd, &comp.calls, 1, &st, "get_zcopy completion");
+        CHECK(comp.uc.status == UCS_OK, "get_zcopy: %s",
+              ucs_status_string(comp.uc.status));
+        CHECK(pattern_check(p->buf + len, len, 7) < 0,
+              "get_zcopy brought back other data");
+
+        /* A zero-length put: arm is BUSY while it is outstanding. */
+        test_comp_init(&comp, 1);
+        iov.length = 0;
+        status = uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf, p->rkey.rkey,
+                                  &comp.uc);
+        test_comp_returned(&comp, status, "put_zcopy 0");
+        if (status == UCS_INPROGRESS) {
+            CHECK_STATUS(uct_iface_event_arm(p->iface, UCT_EVENT_SEND_COMP),
+                         UCS_ERR_BUSY);
+            ev_sleep_until(p, fd, &comp.calls, 1, &st, "put_zcopy 0");
+        }
+        /* Idle: once progress has taken what the peer sent meanwhile
+         * (credit grants), arm succeeds. */
+        ev_arm_idle(p);
+        pair_send(p, MSG_DONE, step + 1, 0);
+    } else {
+        pair_recv(p, MSG_DONE, step, &msg);
+        CHECK(pattern_check(p->buf, msg.arg, 7) < 0,
+              "put_zcopy data differs at the target");
+        pair_recv(p, MSG_DONE, step + 1, &msg);
+    }
+    step += 2;
+
+    /* One more AM each way after the RMA, both sides sleeping. */
+    target_am = ev_am_count + 1;
+    if (p->is_initiator) {
+        ev_am_send(p, ev_am_count);
+        ev_sleep_until(p, fd, &ev_am_count, target_am, &st, "last AM reply");
+    } else {
+        ev_sleep_until(p, fd, &ev_am_count, target_am, &st, "last AM");
+        ev_am_send(p, ev_am_count - 1);
+    }
+    CHECK(!ev_am_bad, "an AM arrived with a wrong header or sequence");
+    /* The point of it all: we really slept and were really woken. */
+    CHECK(st.wakeups > 0, "never woken by the event fd (%u arms, %u busy)",
+          st.arms, st.busy);
+    printf("  %s: %u arms, %u busy, %u sleeps, %u wakeups\n", pair_role_name,
+           st.arms, st.busy, st.sleeps, st.wakeups);
+    pair_end(p, step);
+    CHECK(p->err_calls == 0, "error handler ran: %s",
+          ucs_status_string(p->err_status));
+}
+
 /* --------------------------------------------------------------- driver */
 
 static int role_main(const scenario_t *sc, int initiator, int sock)
@@ -1935,6 +2169,9 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
         break;
     case SC_CONNECT:
         run_connect(&p, sc);
+        break;
+    case SC_EVENTS:
+        run_events(&p, sc);
         break;
     case SC_AM_NULL:
         /* UCX's generic am_short_iov sends 8 bytes as header + (NULL, 0) */
@@ -2180,6 +2417,9 @@ static const scenario_t ci_scenarios[] = {
         .kind = SC_AM_NULL,
         .cfg  = CFG(1, "dqplb", "256k", "64k", CI_BUF),
     },
+    {.name = "events: both sides sleep on the event fd qps=4",
+     .kind = SC_EVENTS,
+     .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
     {.name = "killed peer with traffic qps=4",
      .kind = SC_KILL_BUSY,
      .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},

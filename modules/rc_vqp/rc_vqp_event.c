@@ -1,0 +1,70 @@
+/*
+ * rc_vqp interface events (uct_iface_event_fd_get / uct_iface_event_arm):
+ * the device's event fd, and an arm that says UCS_ERR_BUSY whenever sleeping
+ * could miss work. The order follows the device layer's rule: the device
+ * first (it consumes what made the fd readable; the software device also
+ * looks for work its engine has not done), then every CQ (the virtual CQ's
+ * and the connection manager's), each checked for a CQE that arrived before
+ * its arm.
+ *
+ * Work no device event announces is BUSY too: pending requests (resources
+ * also come back when unsignaled operations complete silently), connection
+ * attempts (REQs are resent on a timer) and passive endpoints to destroy.
+ * All event kinds (send completion, receive, solicited receive) are served
+ * by the same arm: one CQ carries both directions.
+ */
+#include <config.h>
+
+#include "rc_vqp.h"
+
+#include <ucs/arch/cpu.h>
+#include <ucs/debug/log.h>
+
+ucs_status_t uct_rc_vqp_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+
+    /* The virtual CQ's own fd: one per interface, as UCP registers each
+     * interface's fd (the device and its fd may be shared). */
+    return vqp_cq_event_fd(iface->cq, fd_p);
+}
+
+ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events)
+{
+    uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
+    uct_rc_vqp_cm_t *cm       = &iface->cm;
+    ucs_status_t status;
+    uint8_t op_own;
+
+    if (events & ~(unsigned)(UCT_EVENT_SEND_COMP | UCT_EVENT_RECV |
+                             UCT_EVENT_RECV_SIG)) {
+        ucs_error("rc_vqp: event_arm: unknown event flags 0x%x",
+                  events & ~(unsigned)(UCT_EVENT_SEND_COMP | UCT_EVENT_RECV |
+                                       UCT_EVENT_RECV_SIG));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (!ucs_list_is_empty(&iface->pending_eps) ||
+        !ucs_arbiter_is_empty(&iface->arbiter) ||
+        !ucs_list_is_empty(&cm->connecting) ||
+        !ucs_list_is_empty(&cm->doomed)) {
+        return UCS_ERR_BUSY;
+    }
+    status = vqp_dev_event_arm(iface->dev);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = vqp_cq_arm(iface->cq);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = vqp_dev_cq_arm(cm->dev_cq, cm->cq.ci, 0);
+    if (status != UCS_OK) {
+        return status;
+    }
+    ucs_memory_cpu_fence();
+    op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(&cm->cq, cm->cq.ci)->op_own;
+    if (vqp_mlx5_cqe_is_sw_owned(op_own, cm->cq.ci, cm->cq.log_cnt)) {
+        return UCS_ERR_BUSY;
+    }
+    return UCS_OK;
+}
