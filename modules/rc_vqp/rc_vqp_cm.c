@@ -22,7 +22,9 @@
 #define UCT_RC_VQP_CM_VERSION  1
 #define UCT_RC_VQP_CM_QKEY     0x1ee7c0de
 #define UCT_RC_VQP_CM_RX_SLOTS 128
-#define UCT_RC_VQP_CM_TX_SLOTS 32
+/* Datagrams in flight: endpoints destroyed together (UCP closing a worker)
+ * send their DISCs with no progress in between. */
+#define UCT_RC_VQP_CM_TX_SLOTS 256
 #define UCT_RC_VQP_CM_MSG_MAX  4096ul /* payload bytes, at most */
 #define UCT_RC_VQP_CM_POLL     16     /* CQEs per progress call */
 #define UCT_RC_VQP_CM_MAX_QPS  4096   /* data QPs a request may ask for */
