@@ -235,6 +235,10 @@ else
     run stream_bw 1048579 20 -w 2
     run ucp_fadd 8 1000 -w 100
     run ucp_cswap 4 1000 -w 100
+    # The largest size of each bandwidth test (64 MiB), a few iterations.
+    for t in tag_bw ucp_put_bw ucp_get ucp_am_bw stream_bw; do
+        run $t 67108864 3 -w 1
+    done
 fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
