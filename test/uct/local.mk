@@ -14,3 +14,11 @@ check-uct-full: test/uct/test_uct_pair $(module_LTLIBRARIES)
 	./test/uct/test_uct_pair --full
 
 .PHONY: check-uct-full
+
+# One process: interfaces connected to each other and to themselves.
+check_PROGRAMS += test/uct/test_uct_loopback
+test_uct_test_uct_loopback_SOURCES  = test/uct/test_uct_loopback.c
+test_uct_test_uct_loopback_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DRC_VQP_MODULE='"$(abs_top_builddir)/modules/rc_vqp/.libs/libuct_rc_vqp.so"'
+test_uct_test_uct_loopback_LDADD    = $(UCX_LIBS) -ldl
+TESTS += test/uct/test_uct_loopback

@@ -1,0 +1,278 @@
+/*
+ * UCT-level test of rc_vqp inside one process, as UCX's own tests and many
+ * applications use a transport: two interfaces of one memory domain (one
+ * software device instance) connected to each other, an interface connected
+ * to itself, and an endpoint pair connected endpoint to endpoint. Each
+ * exchanges an AM, a put and a get whose data is checked.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <uct/api/uct.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(_cond, ...)                                                    \
+    do {                                                                     \
+        if (!(_cond)) {                                                      \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, \
+                    #_cond);                                                 \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_OK(_expr)                                                 \
+    do {                                                                \
+        ucs_status_t _st = (_expr);                                     \
+        CHECK(_st == UCS_OK, "%s: %s", #_expr, ucs_status_string(_st)); \
+    } while (0)
+
+#define AM_ID    5
+#define BUF_SIZE (1u << 20)
+
+typedef struct side {
+    uct_iface_h iface;
+    uct_iface_attr_t attr;
+    void *dev_addr;
+    void *iface_addr;
+    int am_count;
+    char am_data[64];
+} side_t;
+
+static uct_component_h component;
+static uct_md_h md;
+static uct_worker_h worker;
+static ucs_async_context_t *async;
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static ucs_status_t am_cb(void *arg, void *data, size_t length, unsigned flags)
+{
+    side_t *s = arg;
+
+    ++s->am_count;
+    memcpy(s->am_data, data,
+           length < sizeof(s->am_data) ? length : sizeof(s->am_data));
+    return UCS_OK;
+}
+
+static void open_side(side_t *s)
+{
+    uct_iface_params_t params = {0};
+    uct_iface_config_t *config;
+
+    memset(s, 0, sizeof(*s));
+    CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
+    CHECK_OK(uct_config_modify(config, "NUM_QPS", "4"));
+    params.field_mask =
+        UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = "rc_vqp";
+    params.mode.device.dev_name = "vqp_sw0";
+    CHECK_OK(uct_iface_open(md, worker, &params, config, &s->iface));
+    uct_config_release(config);
+    CHECK_OK(uct_iface_query(s->iface, &s->attr));
+    s->dev_addr   = calloc(1, s->attr.device_addr_len);
+    s->iface_addr = calloc(1, s->attr.iface_addr_len);
+    CHECK_OK(uct_iface_get_device_address(s->iface, s->dev_addr));
+    CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr));
+    CHECK_OK(uct_iface_set_am_handler(s->iface, AM_ID, am_cb, s, 0));
+    uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+}
+
+static void close_side(side_t *s)
+{
+    uct_iface_close(s->iface);
+    free(s->dev_addr);
+    free(s->iface_addr);
+}
+
+static void wait_int(const int *v, int want, const char *what)
+{
+    double deadline = now() + 20;
+
+    while (*(volatile const int *)v < want) {
+        CHECK(now() < deadline, "%s: not done in 20 s", what);
+        uct_worker_progress(worker);
+    }
+}
+
+typedef struct {
+    uct_completion_t uc;
+    int done;
+} test_comp_t;
+
+static void comp_cb(uct_completion_t *self)
+{
+    ++ucs_container_of(self, test_comp_t, uc)->done;
+}
+
+/* AM, put, get from @a ep to @a dst, whose buffer @a rbuf is registered. */
+static void exchange(uct_ep_h ep, side_t *dst, char *lbuf, uct_mem_h lmemh,
+                     char *rbuf, uct_rkey_t rkey, const char *what)
+{
+    double deadline = now() + 20;
+    uint64_t hdr    = 0x1122334455667788ull;
+    uct_iov_t iov   = {0};
+    test_comp_t comp;
+    ucs_status_t st;
+    int am0 = dst->am_count, i;
+
+    /* An endpoint to an interface address connects in the background. */
+    while ((st = uct_ep_am_short(ep, AM_ID, hdr, "loop", 4)) ==
+           UCS_ERR_NO_RESOURCE) {
+        CHECK(now() < deadline, "%s: am_short NO_RESOURCE for 20 s", what);
+        uct_worker_progress(worker);
+    }
+    CHECK(st == UCS_OK, "%s: am_short: %s", what, ucs_status_string(st));
+    wait_int(&dst->am_count, am0 + 1, what);
+    CHECK(!memcmp(dst->am_data, &hdr, 8) &&
+              !memcmp(dst->am_data + 8, "loop", 4),
+          "%s: AM payload differs", what);
+
+    for (i = 0; i < 4096; ++i) {
+        lbuf[i] = (char)(i * 7 + 3);
+    }
+    memset(rbuf, 0, 8192);
+    iov.buffer     = lbuf;
+    iov.length     = 4096;
+    iov.memh       = lmemh;
+    iov.count      = 1;
+    comp.uc.func   = comp_cb;
+    comp.uc.count  = 1;
+    comp.uc.status = UCS_OK;
+    comp.done      = 0;
+    st = uct_ep_put_zcopy(ep, &iov, 1, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_INPROGRESS || st == UCS_OK, "%s: put_zcopy: %s", what,
+          ucs_status_string(st));
+    if (st == UCS_INPROGRESS) {
+        wait_int(&comp.done, 1, what);
+    }
+    CHECK(!memcmp(rbuf, lbuf, 4096), "%s: put data differs", what);
+
+    memset(lbuf + 4096, 0, 4096);
+    iov.buffer    = lbuf + 4096;
+    comp.uc.count = 1;
+    comp.done     = 0;
+    st = uct_ep_get_zcopy(ep, &iov, 1, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_INPROGRESS, "%s: get_zcopy: %s", what,
+          ucs_status_string(st));
+    wait_int(&comp.done, 1, what);
+    CHECK(comp.uc.status == UCS_OK, "%s: get completed with %s", what,
+          ucs_status_string(comp.uc.status));
+    CHECK(!memcmp(lbuf + 4096, lbuf, 4096), "%s: get data differs", what);
+    printf("ok - %s\n", what);
+}
+
+int main(void)
+{
+    uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
+    uct_component_h *components;
+    uct_md_config_t *md_config;
+    uct_ep_params_t ep_params = {0};
+    uct_md_attr_t md_attr;
+    uct_mem_h lmemh, rmemh;
+    uct_rkey_bundle_t rkey;
+    void *rkey_buf, *addr_a, *addr_b;
+    uct_ep_h ep, ep2;
+    unsigned i, count;
+    char *lbuf, *rbuf;
+    side_t a, b;
+
+    CHECK(dlopen(RC_VQP_MODULE, RTLD_NOW | RTLD_GLOBAL) != NULL, "dlopen: %s",
+          dlerror());
+    setenv("UCX_RC_VQP_SW", "y", 1);
+    CHECK_OK(uct_query_components(&components, &count));
+    for (i = 0; i < count; ++i) {
+        CHECK_OK(uct_component_query(components[i], &cattr));
+        if (!strcmp(cattr.name, "rc_vqp")) {
+            component = components[i];
+        }
+    }
+    CHECK(component != NULL, "no rc_vqp component");
+    CHECK_OK(uct_md_config_read(component, NULL, NULL, &md_config));
+    CHECK_OK(uct_md_open(component, "vqp_sw0", md_config, &md));
+    uct_config_release(md_config);
+    CHECK_OK(uct_md_query(md, &md_attr));
+    CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_POLL, &async));
+    CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker));
+    open_side(&a);
+    open_side(&b);
+
+    lbuf = aligned_alloc(4096, BUF_SIZE);
+    rbuf = aligned_alloc(4096, BUF_SIZE);
+    CHECK_OK(uct_md_mem_reg(md, lbuf, BUF_SIZE, UCT_MD_MEM_ACCESS_ALL, &lmemh));
+    CHECK_OK(uct_md_mem_reg(md, rbuf, BUF_SIZE, UCT_MD_MEM_ACCESS_ALL, &rmemh));
+    rkey_buf = calloc(1, md_attr.rkey_packed_size);
+    CHECK_OK(uct_md_mkey_pack(md, rmemh, rkey_buf));
+    CHECK_OK(uct_rkey_unpack(component, rkey_buf, &rkey));
+
+    /* One interface to the other, by its address. */
+    CHECK(uct_iface_is_reachable(a.iface, b.dev_addr, b.iface_addr),
+          "b is not reachable from a");
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                           UCT_EP_PARAM_FIELD_DEV_ADDR |
+                           UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    ep_params.iface      = a.iface;
+    ep_params.dev_addr   = b.dev_addr;
+    ep_params.iface_addr = b.iface_addr;
+    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    exchange(ep, &b, lbuf, lmemh, rbuf, rkey.rkey,
+             "interface to another interface of the process");
+    uct_ep_destroy(ep);
+
+    /* An interface to itself. */
+    ep_params.dev_addr   = a.dev_addr;
+    ep_params.iface_addr = a.iface_addr;
+    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    exchange(ep, &a, lbuf, lmemh, rbuf, rkey.rkey, "interface to itself");
+    uct_ep_destroy(ep);
+
+    /* Endpoint to endpoint, both in this process. */
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
+    ep_params.iface      = a.iface;
+    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    ep_params.iface = b.iface;
+    CHECK_OK(uct_ep_create(&ep_params, &ep2));
+    addr_a = calloc(1, a.attr.ep_addr_len);
+    addr_b = calloc(1, b.attr.ep_addr_len);
+    CHECK_OK(uct_ep_get_address(ep, addr_a));
+    CHECK_OK(uct_ep_get_address(ep2, addr_b));
+    CHECK_OK(uct_ep_connect_to_ep(ep, b.dev_addr, addr_b));
+    CHECK_OK(uct_ep_connect_to_ep(ep2, a.dev_addr, addr_a));
+    exchange(ep, &b, lbuf, lmemh, rbuf, rkey.rkey,
+             "endpoint to endpoint in the process");
+    exchange(ep2, &a, lbuf, lmemh, rbuf, rkey.rkey,
+             "endpoint to endpoint in the process, the other way");
+    uct_ep_destroy(ep);
+    uct_ep_destroy(ep2);
+    free(addr_a);
+    free(addr_b);
+
+    uct_rkey_release(component, &rkey);
+    free(rkey_buf);
+    CHECK_OK(uct_md_mem_dereg(md, lmemh));
+    CHECK_OK(uct_md_mem_dereg(md, rmemh));
+    close_side(&a);
+    close_side(&b);
+    uct_worker_destroy(worker);
+    ucs_async_context_destroy(async);
+    uct_md_close(md);
+    uct_release_component_list(components);
+    free(lbuf);
+    free(rbuf);
+    printf("4 passed, 0 failed\n");
+    return 0;
+}
