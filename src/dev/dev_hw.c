@@ -340,10 +340,8 @@ static ucs_status_t vqp_dev_hw_init_port(vqp_dev_hw_t *hw,
     attr->max_cqe     = dev_attr->max_cqe;
     attr->max_srq_wr  = dev_attr->max_srq_wr;
     attr->max_rd_atom = dev_attr->max_qp_rd_atom;
-    /* Which extended atomics an HCA offers, and whether its replies are
-     * big-endian, is in its DevX HCA capabilities, which we do not query
-     * yet: none are assumed. */
-    attr->ext_atomic_sizes = 0;
+    /* Extended atomics: from the HCA capabilities (DevX), dev_hw_caps.c. */
+    attr->ext_atomic_sizes = vqp_dev_hw_ext_atomic_sizes(hw->ctx, attr->name);
     attr->max_msg_sz       = port_attr.max_msg_sz;
     attr->path_mtu         = vqp_dev_mtu_bytes(port_attr.active_mtu);
     /* A UD message is one packet: the active MTU bounds its payload. */

@@ -102,6 +102,22 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p);
 ucs_status_t vqp_dev_hw_list(unsigned flags, vqp_dev_info_t **list_p,
                              unsigned *count_p);
 
+/* Extended (masked) atomic operand sizes (bit n: n bytes, 4 and 8) an mlx5
+ * device executes as the data path posts them and with replies it can read
+ * (big-endian), from its HCA capabilities via DevX (dev_hw_caps.c). 0 when
+ * DevX is not available or the query fails (logged); never fails the open. */
+uint32_t vqp_dev_hw_ext_atomic_sizes(struct ibv_context *ctx, const char *name);
+
+/* Parsers of QUERY_HCA_CAP outputs (@a out, @a len bytes, PRM layout): pure
+ * functions, @a name only labels log lines. UCS_ERR_INVALID_PARAM: no buffer
+ * or one too short for the fields read; UCS_ERR_IO_ERROR: the command's
+ * status is not OK. General page: *atomic_p = cmd_hca_cap.atomic. Atomic
+ * page: *sizes_p = the extended atomic sizes as above. */
+ucs_status_t vqp_dev_hw_caps_parse_general(const char *name, const void *out,
+                                           size_t len, int *atomic_p);
+ucs_status_t vqp_dev_hw_caps_parse_atomic(const char *name, const void *out,
+                                          size_t len, uint32_t *sizes_p);
+
 const char *vqp_dev_qp_state_str(enum ibv_qp_state state);
 
 /* ibv_mtu <-> bytes; 0 for a value that is not an IB MTU. */

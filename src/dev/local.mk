@@ -5,6 +5,7 @@ src_dev_libvqp_dev_la_SOURCES = \
 	src/dev/dev.c \
 	src/dev/dev_addr.c \
 	src/dev/dev_hw.c \
+	src/dev/dev_hw_caps.c \
 	src/dev/dev_hw_event.c \
 	src/dev/dev_sw.c
 src_dev_libvqp_dev_la_LIBADD = \

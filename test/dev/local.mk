@@ -17,6 +17,11 @@ dev_test_cflags = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 dev_test_cmocka = $(CMOCKA_LIBS) $(dev_test_ldadd)
 
 check_PROGRAMS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw
+# QUERY_HCA_CAP parsers (dev_hw_caps.c) on hand-built command outputs.
+check_PROGRAMS += test/dev/test_dev_caps
+test_dev_test_dev_caps_SOURCES = test/dev/test_dev_caps.c
+test_dev_test_dev_caps_CFLAGS  = $(dev_test_cflags)
+test_dev_test_dev_caps_LDADD   = $(dev_test_cmocka)
 test_dev_test_dev_addr_SOURCES = test/dev/test_dev_addr.c
 test_dev_test_dev_addr_CFLAGS  = $(dev_test_cflags)
 test_dev_test_dev_addr_LDADD   = $(dev_test_cmocka)
@@ -40,6 +45,7 @@ dev_hw_mock_wrap = \
 	-Wl,--wrap=ibv_create_qp,--wrap=ibv_destroy_qp,--wrap=ibv_modify_qp \
 	-Wl,--wrap=mlx5dv_modify_qp_udp_sport \
 	-Wl,--wrap=ibv_create_ah,--wrap=ibv_destroy_ah \
+	-Wl,--wrap=mlx5dv_open_device,--wrap=mlx5dv_devx_general_cmd \
 	-Wl,--wrap=ibv_create_comp_channel,--wrap=ibv_destroy_comp_channel
 check_PROGRAMS += test/dev/test_dev_hw_mock
 test_dev_test_dev_hw_mock_SOURCES = test/dev/test_dev_hw_mock.c \
@@ -60,5 +66,5 @@ test_dev_test_dev_hw_event_LDADD   = $(dev_test_cmocka)
 
 TESTS += test/dev/test_dev_hw_event
 TESTS += test/dev/test_dev_addr test/dev/test_dev_hw test/dev/test_dev_sw \
-	test/dev/test_dev_hw_mock
+	test/dev/test_dev_hw_mock test/dev/test_dev_caps
 endif

@@ -3,7 +3,9 @@
  * libibverbs and mlx5dv, linked in with ld --wrap: enumeration and port
  * filtering, name parsing, limits and bandwidth, RoCE GID selection, the
  * exact verbs attributes and masks of every QP transition (IB and RoCE), the
- * per-QP UDP source port, and every verbs failure path with its UCS status.
+ * per-QP UDP source port, the extended atomic sizes read from crafted
+ * QUERY_HCA_CAP outputs over a fake DevX, and every verbs and DevX failure
+ * path with its UCS status or log line.
  * The real queue behaviour is covered by the smoke program on a ConnectX.
  */
 #include <config.h>
@@ -18,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucs/config/global_opts.h>
 
 #include "test_dev_log.h"
 
@@ -78,11 +81,27 @@ static struct {
     int sport_calls;
     uint16_t sport;
     uint32_t next_num;
+    /* DevX: the HCA capabilities QUERY_HCA_CAP returns, and failures; index
+     * 0 is the general page, 1 the atomic page */
+    int cap_atomic;              /* cmd_hca_cap.atomic */
+    uint16_t cap_ops;            /* atomic_caps.atomic_operations */
+    uint16_t cap_size_qp;        /* atomic_caps.atomic_size_qp */
+    unsigned cap_endian;         /* atomic_req_8B_endianness_mode */
+    int devx_open_errno;         /* mlx5dv_open_device fails with it */
+    int devx_ret[2], devx_errno; /* mlx5dv_devx_general_cmd fails so */
+    uint8_t devx_status[2];      /* command status in the output */
+    int fail_devx_close;
+    /* what the code under test did */
+    unsigned devx_opens, devx_cmds;
+    uint32_t devx_flags;
+    char devx_dev[IBV_SYSFS_NAME_MAX];
+    uint16_t devx_op_mod[4];
 } world;
 
 typedef struct fake_ctx {
     struct verbs_context vctx;
     fake_dev_t *dev;
+    int devx; /* opened by mlx5dv_open_device with DevX */
 } fake_ctx_t;
 
 static fake_dev_t *ctx_dev(struct ibv_context *ctx)
@@ -173,6 +192,12 @@ static int world_setup(void **state)
     memset(&world, 0, sizeof(world));
     world.max_inline = 256;
     world.next_num   = 0x100;
+    /* A ConnectX as Linux sets it up: all four atomic operations on 4 and 8
+     * bytes, 8-byte replies switched to host order by the kernel. */
+    world.cap_atomic  = 1;
+    world.cap_ops     = 0xf;
+    world.cap_size_qp = 0xc;
+    world.cap_endian  = 1;
     default_world();
     return test_log_setup(state);
 }
@@ -234,6 +259,10 @@ int __wrap_mlx5dv_modify_qp_udp_sport(struct ibv_qp *qp, uint16_t sport);
 struct ibv_ah *__wrap_ibv_create_ah(struct ibv_pd *pd,
                                     struct ibv_ah_attr *attr);
 int __wrap_ibv_destroy_ah(struct ibv_ah *ah);
+struct ibv_context *__wrap_mlx5dv_open_device(struct ibv_device *device,
+                                              struct mlx5dv_context_attr *attr);
+int __wrap_mlx5dv_devx_general_cmd(struct ibv_context *ctx, const void *in,
+                                   size_t inlen, void *out, size_t outlen);
 
 struct ibv_device **__wrap_ibv_get_device_list(int *num)
 {
@@ -329,8 +358,77 @@ struct ibv_context *__wrap_ibv_open_device(struct ibv_device *device)
 
 int __wrap_ibv_close_device(struct ibv_context *ctx)
 {
-    free(ucs_container_of(ctx, fake_ctx_t, vctx.context));
+    fake_ctx_t *fctx = ucs_container_of(ctx, fake_ctx_t, vctx.context);
+    int devx         = fctx->devx;
+
+    free(fctx);
     --world.open_ctx;
+    if (devx && world.fail_devx_close) {
+        errno = EIO;
+        return EIO;
+    }
+    return 0;
+}
+
+struct ibv_context *__wrap_mlx5dv_open_device(struct ibv_device *device,
+                                              struct mlx5dv_context_attr *attr)
+{
+    struct ibv_context *ctx;
+
+    ++world.devx_opens;
+    world.devx_flags = attr->flags;
+    strcpy(world.devx_dev, device->name);
+    if (world.devx_open_errno) {
+        errno = world.devx_open_errno;
+        return NULL;
+    }
+    ctx = __wrap_ibv_open_device(device);
+    assert_non_null(ctx);
+    ucs_container_of(ctx, fake_ctx_t, vctx.context)->devx = 1;
+    return ctx;
+}
+
+/* QUERY_HCA_CAP answered from the world, fields at their PRM positions:
+ * output byte 0 status, 4..7 syndrome, the page from byte 16; general page
+ * "atomic" at page bit 0x21e (byte 67, mask 0x02); atomic page: endianness
+ * mode in the top two bits of byte 8, atomic_operations bytes 18-19,
+ * atomic_size_qp bytes 22-23 (big-endian). */
+int __wrap_mlx5dv_devx_general_cmd(struct ibv_context *ctx, const void *in,
+                                   size_t inlen, void *out, size_t outlen)
+{
+    const uint8_t *cmd = in;
+    uint8_t *page      = (uint8_t *)out + 16;
+    uint16_t op_mod;
+    int idx;
+
+    /* Only a DevX context may run commands. */
+    assert_true(ucs_container_of(ctx, fake_ctx_t, vctx.context)->devx);
+    assert_int_equal(inlen, 16);
+    assert_true(outlen >= 16 + 4096); /* the firmware writes a whole page */
+    assert_int_equal((cmd[0] << 8) | cmd[1], 0x100); /* QUERY_HCA_CAP */
+    op_mod                                   = (cmd[6] << 8) | cmd[7];
+    world.devx_op_mod[world.devx_cmds++ % 4] = op_mod; /* the last ones */
+    idx                                      = ((op_mod >> 1) == 3) ? 1 : 0;
+    assert_true((op_mod >> 1) == (idx ? 3 : 0)); /* general or atomic */
+    if (world.devx_ret[idx] != 0) {
+        errno = world.devx_errno;
+        return world.devx_ret[idx];
+    }
+    memset(out, 0, outlen);
+    ((uint8_t *)out)[0] = world.devx_status[idx];
+    if (world.devx_status[idx] != 0) {
+        ((uint8_t *)out)[4] = 0xab; /* syndrome 0xab0000cd */
+        ((uint8_t *)out)[7] = 0xcd;
+    }
+    if (idx == 0) {
+        page[67] = world.cap_atomic ? 0x02 : 0;
+    } else {
+        page[8]  = world.cap_endian << 6;
+        page[18] = world.cap_ops >> 8;
+        page[19] = world.cap_ops & 0xff;
+        page[22] = world.cap_size_qp >> 8;
+        page[23] = world.cap_size_qp & 0xff;
+    }
     return 0;
 }
 
@@ -742,7 +840,8 @@ static void test_open_ib(void **state)
     assert_int_equal(attr.max_cqe, 4194303);
     assert_int_equal(attr.max_srq_wr, 32767);
     assert_int_equal(attr.max_rd_atom, 16);
-    assert_int_equal(attr.ext_atomic_sizes, 0); /* not queried: none */
+    /* From the fake HCA's capabilities: 8-byte replies in host order. */
+    assert_int_equal(attr.ext_atomic_sizes, 4);
     assert_int_equal(attr.max_msg_sz, 1u << 30);
     assert_int_equal(attr.path_mtu, 4096);
     assert_int_equal(attr.max_inline, 256); /* probed: 1024, 512 refused */
@@ -1385,6 +1484,186 @@ static void test_ud_failures(void **state)
     assert_int_equal(vqp_dev_close(dev), UCS_OK);
 }
 
+/* ------------------------------------------------------------ ext atomics */
+
+/* Debug lines (why no extended atomics), collected while enabled. */
+static char debug_text[16384];
+
+static ucs_log_func_rc_t debug_handler(const char *file, unsigned line,
+                                       const char *function,
+                                       ucs_log_level_t level,
+                                       const ucs_log_component_config_t *comp,
+                                       const char *message, va_list ap)
+{
+    size_t used = strlen(debug_text);
+
+    if (level != UCS_LOG_LEVEL_DEBUG) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    vsnprintf(debug_text + used, sizeof(debug_text) - used, message, ap);
+    strncat(debug_text, "\n", sizeof(debug_text) - strlen(debug_text) - 1);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static ucs_log_level_t saved_level;
+
+static void debug_start(void)
+{
+    debug_text[0] = '\0';
+    saved_level   = ucs_global_opts.log_component.log_level;
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DEBUG;
+    ucs_log_push_handler(debug_handler);
+}
+
+static void debug_stop(void)
+{
+    ucs_log_pop_handler();
+    ucs_global_opts.log_component.log_level = saved_level;
+}
+
+/* The debug lines so far contain @a _text; forget them for the next check. */
+#define expect_debug(_text)                                              \
+    do {                                                                 \
+        if (strstr(debug_text, (_text)) == NULL) {                       \
+            fail_msg("debug log '%s' does not contain '%s'", debug_text, \
+                     (_text));                                           \
+        }                                                                \
+        debug_text[0] = '\0';                                            \
+    } while (0)
+
+/* Opens mlx5_0:1 (which must work whatever DevX does) and returns its
+ * ext_atomic_sizes; the DevX context is gone afterwards. */
+static uint32_t open_ext_atomic_sizes(void)
+{
+    vqp_dev_attr_t attr;
+    vqp_dev_t *dev;
+
+    world.devx_cmds = 0;
+    assert_int_equal(vqp_dev_open("mlx5_0:1", NULL, &dev), UCS_OK);
+    vqp_dev_query(dev, &attr);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+    assert_int_equal(world.open_ctx, 0);
+    return attr.ext_atomic_sizes;
+}
+
+static void test_ext_atomics(void **state)
+{
+    /* The default fake HCA: both pages read, 4 bytes only (8-byte replies in
+     * host order). */
+    assert_int_equal(open_ext_atomic_sizes(), 4);
+    assert_int_equal(world.devx_opens, 1);
+    assert_int_equal(world.devx_flags, MLX5DV_CONTEXT_FLAGS_DEVX);
+    assert_string_equal(world.devx_dev, "mlx5_0");
+    assert_int_equal(world.devx_cmds, 2);
+    assert_int_equal(world.devx_op_mod[0], 0x1); /* general, current values */
+    assert_int_equal(world.devx_op_mod[1], 0x7); /* atomic (3 << 1), current */
+
+    /* Big-endian 8-byte replies: both sizes. */
+    world.cap_endian = 0;
+    assert_int_equal(open_ext_atomic_sizes(), 4 | 8);
+    world.cap_size_qp = 0x8;
+    assert_int_equal(open_ext_atomic_sizes(), 8);
+    world.cap_size_qp = 0x3; /* 1 and 2 bytes: nothing the data path posts */
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    world.cap_size_qp = 0xc;
+    /* Masked CS without masked FA, or no masked operations: none. */
+    world.cap_ops = 0x7;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    world.cap_ops = 0x3;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    assert_int_equal(world.devx_cmds, 2);
+    world.cap_ops = 0xf;
+    /* No atomics at all: the atomic page is not asked for. */
+    world.cap_atomic = 0;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    assert_int_equal(world.devx_cmds, 1);
+    assert_int_equal(test_log_count, 0);
+
+    /* The RoCE device goes the same way, on its own device. */
+    world.cap_atomic = 1;
+    world.devx_cmds  = 0;
+    {
+        vqp_dev_attr_t attr;
+        vqp_dev_t *dev;
+
+        assert_int_equal(vqp_dev_open("mlx5_1:1", NULL, &dev), UCS_OK);
+        vqp_dev_query(dev, &attr);
+        assert_int_equal(attr.ext_atomic_sizes, 4 | 8);
+        assert_string_equal(world.devx_dev, "mlx5_1");
+        assert_int_equal(vqp_dev_close(dev), UCS_OK);
+    }
+}
+
+static void test_ext_atomics_failures(void **state)
+{
+    debug_start();
+
+    /* No DevX (old kernel or firmware): none, the device works. */
+    world.devx_open_errno = EOPNOTSUPP;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    assert_int_equal(world.devx_cmds, 0);
+    expect_debug("mlx5_0:1: no DevX context (mlx5dv_open_device: Operation "
+                 "not supported)");
+    world.devx_open_errno = 0;
+
+    /* The command refused as unsupported or not permitted: debug only. */
+    world.devx_ret[0] = -1;
+    world.devx_errno  = EPROTONOSUPPORT;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_debug("mlx5_0:1: DevX QUERY_HCA_CAP(general) not available: "
+                 "Protocol not supported");
+    /* A provider that returns the error instead of setting errno. */
+    world.devx_ret[0] = EPERM;
+    world.devx_errno  = EIO;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_debug("QUERY_HCA_CAP(general) not available: Operation not "
+                 "permitted");
+    assert_int_equal(test_log_count, 0);
+
+    /* Any other failure is worth a warning; the device still opens. */
+    world.devx_ret[0] = -1;
+    world.devx_errno  = EIO;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_log("mlx5_0:1: DevX QUERY_HCA_CAP(general) failed: Input/output "
+               "error; no extended atomics");
+    assert_int_equal(world.devx_cmds, 1);
+    world.devx_ret[0] = 0;
+    world.devx_ret[1] = -1;
+    world.devx_errno  = ENOMEM;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_log("mlx5_0:1: DevX QUERY_HCA_CAP(atomic) failed: Cannot allocate "
+               "memory");
+    world.devx_ret[1] = 0;
+
+    /* The firmware answers with an error status. */
+    world.devx_status[0] = 0x2;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_log("mlx5_0:1: QUERY_HCA_CAP(general) failed: status 0x2, "
+               "syndrome 0xab0000cd");
+    assert_int_equal(world.devx_cmds, 1);
+    world.devx_status[0] = 0;
+    world.devx_status[1] = 0x3;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_log("mlx5_0:1: QUERY_HCA_CAP(atomic) failed: status 0x3, "
+               "syndrome 0xab0000cd");
+    world.devx_status[1] = 0;
+
+    /* Closing the DevX context fails: logged, the sizes stand. */
+    world.fail_devx_close = 1;
+    assert_int_equal(open_ext_atomic_sizes(), 4);
+    expect_log("mlx5_0:1: ibv_close_device(DevX context) failed");
+    world.fail_devx_close = 0;
+
+    /* And the reasons for leaving sizes out reach the debug log. */
+    debug_text[0] = '\0';
+    assert_int_equal(open_ext_atomic_sizes(), 4);
+    expect_debug("mlx5_0:1: 8-byte atomics reply in host order");
+    world.cap_atomic = 0;
+    assert_int_equal(open_ext_atomic_sizes(), 0);
+    expect_debug("mlx5_0:1: the HCA does no atomics");
+    debug_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1413,6 +1692,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ud_failures, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_modify_failure, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_ext_atomics, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_ext_atomics_failures, world_setup,
                                         world_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
