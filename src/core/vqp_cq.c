@@ -171,6 +171,37 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
     return UCS_OK;
 }
 
+void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp)
+{
+    vqp_mlx5_cq_t *mcq = &cq->devs[pqp->dev].cq;
+    unsigned reclaimed = 0, dropped = 0;
+    struct mlx5_cqe64 *cqe;
+    uint32_t ci;
+
+    /* Only what the device wrote; the CQEs stay in place and the normal
+     * poll consumes them. */
+    for (ci = mcq->ci;; ++ci) {
+        cqe = vqp_mlx5_cq_get(mcq, ci);
+        if (!vqp_mlx5_cqe_is_sw_owned(cqe->op_own, ci, mcq->log_cnt)) {
+            break;
+        }
+        ucs_memory_cpu_load_fence();
+        if (vqp_mlx5_cqe_qpn(cqe) != pqp->qpn) {
+            continue;
+        }
+        if (pqp->srq != NULL) {
+            reclaimed += vqp_srq_reclaim(pqp->srq, cqe);
+        }
+        cqe->sop_drop_qpn = 0;
+        ++dropped;
+    }
+    if (dropped != 0) {
+        ucs_debug("vqp cq: %u CQEs of destroyed QP 0x%x neutralised (%u SRQ"
+                  " buffers posted again)",
+                  dropped, pqp->qpn, reclaimed);
+    }
+}
+
 void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
 {
     vqp_pqp_t **chunk =

@@ -246,6 +246,10 @@ struct vqp_cq {
 
 /* vqp_cq.c */
 ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp);
+/* @a pqp's device QP is destroyed: CQEs of it still in the CQ are
+ * neutralised (QPN 0, dropped by the poll), so a QP that reuses the QPN
+ * never gets them; receives of an SRQ are taken back first. */
+void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp);
 void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp);
 ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
 
@@ -259,10 +263,10 @@ void vqp_fail_all(vqp_t *vqp, ucs_status_t status);
 /* vqp_srq.c: a receive CQE of a send QP attached to an SRQ. */
 void vqp_srq_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,
                       ucs_status_t status);
-/* The send QP @a pqp (on an SRQ) was destroyed: its receive CQEs not polled
- * yet would otherwise strand their SRQ entries (no QP to route them to).
- * Posts those buffers again and neutralises the CQEs. */
-void vqp_srq_reclaim(vqp_pqp_t *pqp);
+/* A receive CQE of a destroyed send QP on @a srq, not polled yet: its SRQ
+ * entry would be stranded (no QP to route it to): post the buffer again.
+ * Returns 1 if it did. */
+int vqp_srq_reclaim(vqp_srq_t *srq, const struct mlx5_cqe64 *cqe);
 
 /* vqp_recv.c */
 void vqp_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe, ucs_status_t status);

@@ -235,11 +235,9 @@ static void vqp_free(vqp_t *vqp)
         pqp = &vqp->qps[i];
         if (pqp->dev_qp != NULL) {
             vqp_dev_qp_destroy(pqp->dev_qp);
-            if (pqp->srq != NULL) {
-                /* No more CQEs of it now: take back the SRQ entries of
-                 * those not polled yet. */
-                vqp_srq_reclaim(pqp);
-            }
+            /* No more CQEs of it now; those not polled must not reach a
+             * QP that reuses its number, nor strand SRQ entries. */
+            vqp_cq_retire(vqp->cq, pqp);
         }
         vqp_cq_unregister(vqp->cq, pqp);
         if (pqp->srq != NULL) {

@@ -130,60 +130,36 @@ unsigned vqp_srq_posted(const vqp_srq_t *srq)
     return srq->posted;
 }
 
-void vqp_srq_reclaim(vqp_pqp_t *pqp)
+/* A receive CQE of a destroyed send QP on @a srq, not polled: post its
+ * buffer again (the entry would be stranded otherwise). Returns 1 if it did. */
+int vqp_srq_reclaim(vqp_srq_t *srq, const struct mlx5_cqe64 *cqe)
 {
-    vqp_srq_t *srq     = pqp->srq;
-    vqp_mlx5_cq_t *cq  = &srq->cq->devs[pqp->dev].cq;
-    unsigned reclaimed = 0;
-    struct mlx5_cqe64 *cqe;
+    uint16_t index = vqp_mlx5_cqe_wqe_counter(cqe) & srq->mlx.mask;
+    uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
     vqp_mlx5_sge_t sge;
     uint64_t wr_id;
-    uint32_t ci;
-    uint16_t index;
-    uint8_t opcode;
     int ret;
 
-    /* Only CQEs the device has written; they stay in place, consumed later
-     * by the normal poll, which drops a CQE of QPN 0 as unknown. */
-    for (ci = cq->ci;; ++ci) {
-        cqe = vqp_mlx5_cq_get(cq, ci);
-        if (!vqp_mlx5_cqe_is_sw_owned(cqe->op_own, ci, cq->log_cnt)) {
-            break;
-        }
-        ucs_memory_cpu_load_fence();
-        opcode = vqp_mlx5_cqe_opcode(cqe);
-        if ((vqp_mlx5_cqe_qpn(cqe) != pqp->qpn) ||
-            ((opcode != MLX5_CQE_RESP_SEND) &&
-             (opcode != MLX5_CQE_RESP_SEND_IMM) &&
-             (opcode != MLX5_CQE_RESP_WR_IMM) &&
-             (opcode != MLX5_CQE_RESP_ERR))) {
-            continue;
-        }
-        index             = vqp_mlx5_cqe_wqe_counter(cqe) & srq->mlx.mask;
-        cqe->sop_drop_qpn = 0;
-        if (!srq->busy[index]) {
-            continue;
-        }
-        wr_id            = srq->wr_id[index];
-        sge              = srq->sge[index];
-        srq->busy[index] = 0;
-        --srq->posted;
-        vqp_mlx5_srq_free(&srq->mlx, index);
-        ret = vqp_mlx5_srq_post(&srq->mlx, &sge, 1);
-        if (ret < 0) {
-            ucs_error("vqp srq %p: re-posting a reclaimed buffer failed: %s",
-                      srq, ucs_status_string((ucs_status_t)ret));
-            continue;
-        }
-        srq->wr_id[ret & srq->mlx.mask] = wr_id;
-        srq->sge[ret & srq->mlx.mask]   = sge;
-        srq->busy[ret & srq->mlx.mask]  = 1;
-        ++srq->posted;
-        ++reclaimed;
+    if (((opcode != MLX5_CQE_RESP_SEND) && (opcode != MLX5_CQE_RESP_SEND_IMM) &&
+         (opcode != MLX5_CQE_RESP_WR_IMM) && (opcode != MLX5_CQE_RESP_ERR)) ||
+        !srq->busy[index]) {
+        return 0;
     }
-    if (reclaimed != 0) {
-        vqp_mlx5_srq_ring(&srq->mlx);
-        ucs_debug("vqp srq %p: %u buffers of destroyed QP 0x%x posted again",
-                  srq, reclaimed, pqp->qpn);
+    wr_id            = srq->wr_id[index];
+    sge              = srq->sge[index];
+    srq->busy[index] = 0;
+    --srq->posted;
+    vqp_mlx5_srq_free(&srq->mlx, index);
+    ret = vqp_mlx5_srq_post(&srq->mlx, &sge, 1);
+    if (ret < 0) {
+        ucs_error("vqp srq %p: re-posting a reclaimed buffer failed: %s", srq,
+                  ucs_status_string((ucs_status_t)ret));
+        return 0;
     }
+    srq->wr_id[ret & srq->mlx.mask] = wr_id;
+    srq->sge[ret & srq->mlx.mask]   = sge;
+    srq->busy[ret & srq->mlx.mask]  = 1;
+    ++srq->posted;
+    vqp_mlx5_srq_ring(&srq->mlx);
+    return 1;
 }
