@@ -1955,8 +1955,9 @@ static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
             ret = poll(&pfd, 1, EV_POLL_MS);
         } while ((ret < 0) && (errno == EINTR));
         CHECK(ret >= 0, "poll: %m");
-        if (ret == 0) {
-            /* Armed and idle for seconds: nothing may have been waiting. */
+        if ((ret == 0) && (poll(&pfd, 1, 0) == 0)) {
+            /* Armed and idle for seconds (and no wakeup that raced with the
+             * timeout): nothing may have been waiting. */
             CHECK((uct_worker_progress(p->worker) == 0) &&
                       (*(volatile const int *)flag < value),
                   "%s: lost wakeup: work was waiting after %d ms asleep", what,
