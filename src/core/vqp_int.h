@@ -175,6 +175,7 @@ struct vqp {
 
     /* One 8-byte result slot per operation ring entry for atomics. */
     uint64_t *atomic_res;
+    uint32_t atomic_be; /* sizes the send QP's device returns big-endian */
     vqp_dev_mr_t *atomic_mr[VQP_MAX_DEVS];
     uint32_t atomic_lkey[VQP_MAX_DEVS];
 

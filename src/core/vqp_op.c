@@ -693,11 +693,15 @@ static UCS_F_ALWAYS_INLINE void vqp_atomic_result(const vqp_t *vqp,
     const uint64_t *slot = &vqp->atomic_res[vqp->op_head & vqp->op_mask];
     uint32_t r32;
 
+    /* A ConnectX in 8-byte host-endianness mode (what Linux selects when
+     * it can) writes 8-byte values in host order. */
     if (op->length == sizeof(uint64_t)) {
-        *(uint64_t *)(uintptr_t)op->laddr = be64toh(*slot);
+        *(uint64_t *)(uintptr_t)op->laddr =
+            (vqp->atomic_be & sizeof(uint64_t)) ? be64toh(*slot) : *slot;
     } else {
         memcpy(&r32, slot, sizeof(r32));
-        *(uint32_t *)(uintptr_t)op->laddr = be32toh(r32);
+        *(uint32_t *)(uintptr_t)op->laddr =
+            (vqp->atomic_be & sizeof(uint32_t)) ? be32toh(r32) : r32;
     }
 }
 

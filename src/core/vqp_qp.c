@@ -299,6 +299,13 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->comp_arg         = params->comp_arg;
     vqp->connect          = params->connect;
     vqp->fatal            = UCS_OK;
+    {
+        vqp_dev_attr_t attr;
+
+        /* Atomics go to the send QP, on the first device. */
+        vqp_dev_query(params->cq->devs[0].dev, &attr);
+        vqp->atomic_be = attr.atomic_be_sizes;
+    }
 
     frag_cap         = ucs_roundup_pow2((uint32_t)params->max_outstanding);
     vqp->send_window = ucs_roundup_pow2(vqp->num_qps * frag_cap);

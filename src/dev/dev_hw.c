@@ -340,10 +340,16 @@ static ucs_status_t vqp_dev_hw_init_port(vqp_dev_hw_t *hw,
     attr->max_cqe     = dev_attr->max_cqe;
     attr->max_srq_wr  = dev_attr->max_srq_wr;
     attr->max_rd_atom = dev_attr->max_qp_rd_atom;
-    /* Extended atomics: from the HCA capabilities (DevX), dev_hw_caps.c. */
-    attr->ext_atomic_sizes = vqp_dev_hw_ext_atomic_sizes(hw->ctx, attr->name);
-    attr->max_msg_sz       = port_attr.max_msg_sz;
-    attr->path_mtu         = vqp_dev_mtu_bytes(port_attr.active_mtu);
+    /* Extended atomics and the byte order of fetched values: from the HCA
+     * capabilities (DevX), dev_hw_caps.c. Without them: Linux reports
+     * verbs atomics only after switching 8-byte replies to host order. */
+    attr->atomic_be_sizes =
+        sizeof(uint32_t) |
+        ((dev_attr->atomic_cap == IBV_ATOMIC_HCA) ? 0 : sizeof(uint64_t));
+    attr->ext_atomic_sizes = vqp_dev_hw_ext_atomic_sizes(
+        hw->ctx, attr->name, &attr->atomic_be_sizes);
+    attr->max_msg_sz = port_attr.max_msg_sz;
+    attr->path_mtu   = vqp_dev_mtu_bytes(port_attr.active_mtu);
     /* A UD message is one packet: the active MTU bounds its payload. */
     attr->max_ud_msg = attr->path_mtu;
     attr->bandwidth  = vqp_dev_hw_lane_rate(port_attr.active_speed) *

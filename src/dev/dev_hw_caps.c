@@ -139,8 +139,10 @@ ucs_status_t vqp_dev_hw_caps_parse_atomic(const char *name, const void *out,
         *sizes_p = 0;
         return UCS_OK;
     }
-    /* The core byte-swaps every result from big-endian; 4-byte replies are
-     * always big-endian, 8-byte ones only in endianness mode 0. */
+    /* 4-byte replies are always big-endian, 8-byte ones only in endianness
+     * mode 0. The core reads either order (vqp_dev_attr_t.atomic_be_sizes)
+     * for the basic atomics; the extended 8-byte ones stay limited to mode
+     * 0 (conservative: this path never ran on a ConnectX). */
     sizes &= sizeof(uint32_t) | sizeof(uint64_t);
     if ((sizes & sizeof(uint64_t)) && (endian != 0)) {
         ucs_debug("%s: 8-byte atomics reply in %s (endianness mode %u), the "
@@ -194,7 +196,8 @@ static int vqp_dev_hw_query_hca_cap(struct ibv_context *devx, const char *name,
     return -1;
 }
 
-uint32_t vqp_dev_hw_ext_atomic_sizes(struct ibv_context *ctx, const char *name)
+uint32_t vqp_dev_hw_ext_atomic_sizes(struct ibv_context *ctx, const char *name,
+                                     uint32_t *be_sizes_p)
 {
     struct mlx5dv_context_attr dv_attr = {.flags = MLX5DV_CONTEXT_FLAGS_DEVX};
     uint8_t out[VQP_HCA_CAP_OUT_LEN];
@@ -224,6 +227,13 @@ uint32_t vqp_dev_hw_ext_atomic_sizes(struct ibv_context *ctx, const char *name)
         (vqp_dev_hw_caps_parse_atomic(name, out, sizeof(out), &sizes) !=
          UCS_OK)) {
         sizes = 0;
+    } else {
+        /* Checked long enough by the parser. Mode 0: big-endian replies;
+         * otherwise 8-byte ones land in host order. */
+        *be_sizes_p = sizeof(uint32_t) |
+                      ((vqp_hca_cap_get(out, &vqp_cap_atomic_endian) == 0)
+                           ? sizeof(uint64_t)
+                           : 0);
     }
 out:
     if (ibv_close_device(devx) != 0) {

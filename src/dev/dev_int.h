@@ -105,8 +105,12 @@ ucs_status_t vqp_dev_hw_list(unsigned flags, vqp_dev_info_t **list_p,
 /* Extended (masked) atomic operand sizes (bit n: n bytes, 4 and 8) an mlx5
  * device executes as the data path posts them and with replies it can read
  * (big-endian), from its HCA capabilities via DevX (dev_hw_caps.c). 0 when
- * DevX is not available or the query fails (logged); never fails the open. */
-uint32_t vqp_dev_hw_ext_atomic_sizes(struct ibv_context *ctx, const char *name);
+ * DevX is not available or the query fails (logged); never fails the open.
+ * *@a be_sizes_p: the operand sizes whose fetched values land big-endian (4
+ * always; 8 in endianness mode 0); left as the caller set it when the atomic
+ * capabilities cannot be read. */
+uint32_t vqp_dev_hw_ext_atomic_sizes(struct ibv_context *ctx, const char *name,
+                                     uint32_t *be_sizes_p);
 
 /* Parsers of QUERY_HCA_CAP outputs (@a out, @a len bytes, PRM layout): pure
  * functions, @a name only labels log lines. UCS_ERR_INVALID_PARAM: no buffer

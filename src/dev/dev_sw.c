@@ -85,6 +85,7 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->max_rd_atom = sw_attr.max_rd_atom;
     /* The software device executes masked CS/FA on 4 and 8 bytes. */
     attr->ext_atomic_sizes = sizeof(uint32_t) | sizeof(uint64_t);
+    attr->atomic_be_sizes  = sw_attr.atomic_be_sizes;
     attr->max_msg_sz       = sw_attr.max_msg_sz;
     attr->path_mtu         = VQP_DEV_SW_MTU;
     attr->bandwidth        = VQP_DEV_SW_BANDWIDTH;

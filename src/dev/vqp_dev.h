@@ -93,6 +93,10 @@ typedef struct vqp_dev_attr {
     /* Operand sizes (bit n: n bytes, 4 and 8) of the extended (masked)
      * atomics the device executes with big-endian replies; 0: none. */
     uint32_t ext_atomic_sizes;
+    /* Operand sizes (bit n: n bytes) whose fetched values the device writes
+     * big-endian; the others land in host order (a ConnectX in 8-byte
+     * host-endianness mode, which Linux selects when the HCA offers it). */
+    uint32_t atomic_be_sizes;
     uint64_t max_msg_sz; /* largest message, bytes */
     uint32_t path_mtu;   /* active MTU, bytes */
     double bandwidth;    /* link data rate, bytes/s (estimates) */

@@ -182,7 +182,15 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
         ucs_error("vqp_sw: cannot allocate device object");
         return UCS_ERR_NO_MEMORY;
     }
-    env = getenv("VQP_SW_FAULTS");
+    env = getenv("VQP_SW_ATOMIC_REPLY");
+    if ((env != NULL) && (*env != '\0') && strcmp(env, "be") &&
+        strcmp(env, "host")) {
+        ucs_error("vqp_sw: invalid VQP_SW_ATOMIC_REPLY '%s' (be or host)", env);
+        free(dev);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    dev->atomic8_host = (env != NULL) && !strcmp(env, "host");
+    env               = getenv("VQP_SW_FAULTS");
     if ((env != NULL) && (*env != '\0')) {
         status = vqp_sw_fault_parse(env, &dev->fault);
         if (status != UCS_OK) {
@@ -267,6 +275,8 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     dev->attr.max_inline  = VQP_SW_MAX_INLINE;
     dev->attr.max_msg_sz  = VQP_SW_MAX_MSG;
     dev->attr.max_rd_atom = 16;
+    dev->attr.atomic_be_sizes =
+        sizeof(uint32_t) | (dev->atomic8_host ? 0 : sizeof(uint64_t));
 
     ucs_debug("vqp_sw: opened %s as %s", name, dev->name);
     *dev_p = dev;

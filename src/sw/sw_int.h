@@ -301,6 +301,7 @@ struct vqp_sw_dev {
     size_t arena_pages;
     vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
     vqp_sw_fault_t fault;
+    bool atomic8_host; /* 8-byte fetched values in host order */
     uint64_t last_liveness;
     pid_t life_tid; /* thread holding shm->life (0: none) */
     /* Events (sw_event.c): the bound socket peers wake us through, and an

@@ -161,13 +161,14 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     if (err != 0) {
         return vqp_sw_req_xfer_err(qp, w, err);
     }
-    /* The original value lands big-endian in the operand's size, as the HCA
-     * returns it. */
+    /* The original value lands in the operand's size, big-endian as the HCA
+     * returns it, or for 8 bytes in host order when the device is in that
+     * endianness mode. */
     if (size == 4) {
         res32 = htobe32(old32);
         memcpy(w->iov[0].iov_base, &res32, sizeof(res32));
     } else {
-        res64 = htobe64(old64);
+        res64 = qp->dev->atomic8_host ? old64 : htobe64(old64);
         memcpy(w->iov[0].iov_base, &res64, sizeof(res64));
     }
     return VQP_SW_REQ_DONE;

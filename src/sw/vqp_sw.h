@@ -43,6 +43,11 @@ typedef struct vqp_sw_dev_attr {
     uint32_t max_inline;  /* inline bytes per WQE */
     uint64_t max_msg_sz;  /* largest message, bytes */
     uint32_t max_rd_atom; /* outstanding RDMA_READ/atomics per QP */
+    /* Operand sizes (bit n: n bytes) whose fetched values the device writes
+     * big-endian: 4 always; 8 unless VQP_SW_ATOMIC_REPLY=host at open, which
+     * models a ConnectX in 8-byte host-endianness mode (what Linux selects
+     * when the HCA offers it). */
+    uint32_t atomic_be_sizes;
 } vqp_sw_dev_attr_t;
 
 /*

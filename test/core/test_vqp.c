@@ -593,6 +593,55 @@ static void run_atomics_ext(unsigned num_qps, vqp_lb_t lb)
     pair_destroy(&p);
 }
 
+/* A device that returns 8-byte fetched values in host order (a ConnectX in
+ * host-endianness mode, modelled by VQP_SW_ATOMIC_REPLY=host): the user
+ * still gets the right values, 8 and 4 bytes. */
+static void test_atomics_host_order(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    uint64_t *remote, *result;
+    uint32_t *r32, *res32;
+    vqp_dev_attr_t attr;
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    setenv("VQP_SW_ATOMIC_REPLY", "host", 1);
+    pair_create(&p, &params);
+    unsetenv("VQP_SW_ATOMIC_REPLY");
+    vqp_dev_query(p.a.dev, &attr);
+    assert_int_equal(attr.atomic_be_sizes, sizeof(uint32_t));
+    remote         = (uint64_t *)(p.b.buf + 4096);
+    result         = (uint64_t *)(p.a.buf + 4096);
+    *remote        = 0x0102030405060708ull;
+    wr             = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_FA, 1, 4096, 4096, 8);
+    wr.compare_add = 1;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(*result, 0x0102030405060708ull);
+    assert_int_equal(*remote, 0x0102030405060709ull);
+
+    r32            = (uint32_t *)(p.b.buf + 8192);
+    res32          = (uint32_t *)(p.a.buf + 8192);
+    *r32           = 0x11223344u;
+    wr             = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_FA, 2, 8192, 8192, 4);
+    wr.compare_add = 2;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 2, 0);
+    assert_int_equal(*res32, 0x11223344u);
+    assert_int_equal(*r32, 0x11223346u);
+    pair_destroy(&p);
+
+    /* Anything else than be or host is refused at open. */
+    {
+        vqp_dev_t *dev;
+
+        setenv("VQP_SW_ATOMIC_REPLY", "little", 1);
+        assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &dev),
+                         UCS_ERR_INVALID_PARAM);
+        unsetenv("VQP_SW_ATOMIC_REPLY");
+    }
+}
+
 static void test_atomics_ext(void **state)
 {
     run_atomics_ext(1, VQP_LB_DQPLB);
@@ -1716,6 +1765,7 @@ int main(void)
         cmocka_unit_test(test_rq_counter_wrap),
         cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_atomics_ext),
+        cmocka_unit_test(test_atomics_host_order),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_unsignaled_and_flush),
         cmocka_unit_test(test_unsignaled_and_flush_1qp),

@@ -1531,6 +1531,9 @@ static void debug_stop(void)
         debug_text[0] = '\0';                                            \
     } while (0)
 
+/* atomic_be_sizes of the last open_ext_atomic_sizes() */
+static uint32_t last_be_sizes;
+
 /* Opens mlx5_0:1 (which must work whatever DevX does) and returns its
  * ext_atomic_sizes; the DevX context is gone afterwards. */
 static uint32_t open_ext_atomic_sizes(void)
@@ -1543,6 +1546,7 @@ static uint32_t open_ext_atomic_sizes(void)
     vqp_dev_query(dev, &attr);
     assert_int_equal(vqp_dev_close(dev), UCS_OK);
     assert_int_equal(world.open_ctx, 0);
+    last_be_sizes = attr.atomic_be_sizes;
     return attr.ext_atomic_sizes;
 }
 
@@ -1551,6 +1555,7 @@ static void test_ext_atomics(void **state)
     /* The default fake HCA: both pages read, 4 bytes only (8-byte replies in
      * host order). */
     assert_int_equal(open_ext_atomic_sizes(), 4);
+    assert_int_equal(last_be_sizes, 4); /* 8-byte fetches in host order */
     assert_int_equal(world.devx_opens, 1);
     assert_int_equal(world.devx_flags, MLX5DV_CONTEXT_FLAGS_DEVX);
     assert_string_equal(world.devx_dev, "mlx5_0");
@@ -1561,6 +1566,7 @@ static void test_ext_atomics(void **state)
     /* Big-endian 8-byte replies: both sizes. */
     world.cap_endian = 0;
     assert_int_equal(open_ext_atomic_sizes(), 4 | 8);
+    assert_int_equal(last_be_sizes, 4 | 8);
     world.cap_size_qp = 0x8;
     assert_int_equal(open_ext_atomic_sizes(), 8);
     world.cap_size_qp = 0x3; /* 1 and 2 bytes: nothing the data path posts */
