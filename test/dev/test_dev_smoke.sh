@@ -27,6 +27,7 @@ cat "$out/sw"
 check "--sw: exit code 0" test "$rc" = 0
 check "--sw: both QPs reached RTS" test "$(grep -c 'in RTS' "$out/sw")" = 2
 check "--sw: the RDMA write was verified" grep -q 'RDMA write of 4096 bytes verified on vqp_sw0' "$out/sw"
+check "--sw: the event steps passed" grep -q 'completion event verified on vqp_sw0' "$out/sw"
 check "--sw: PASSED" grep -q 'PASSED' "$out/sw"
 
 "$smoke" --bogus >"$out/usage" 2>&1; rc=$?
