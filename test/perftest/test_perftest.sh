@@ -81,5 +81,8 @@ else
     run 1 dqplb -t fadd -s 4 -n 1000 -w 100
     run 4 dqplb -t cswap -s 4 -n 1000 -w 100
 fi
+# No "-E sleep" run here: UCX 1.13's UCT-level tests (uct_tests.cc) never read
+# the wait mode, so it would poll all the same; test_ucp_perftest.sh runs UCP
+# tests with -E sleep (ucp_worker_wait over rc_vqp's event fd).
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
