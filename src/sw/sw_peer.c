@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -72,6 +73,31 @@ bool vqp_sw_pid_alive(uint32_t pid, uint64_t start_time)
     return vqp_sw_proc_start_time(pid) == start_time;
 }
 
+/* This process's pid, without a getpid() system call per transfer (glibc
+ * does not cache it; on small transfers the call costs as much as the
+ * copy). Reset in a forked child, which has another pid. */
+static uint32_t vqp_sw_pid_cache;
+static pthread_once_t vqp_sw_pid_once = PTHREAD_ONCE_INIT;
+
+static void vqp_sw_pid_forked(void)
+{
+    vqp_sw_pid_cache = 0;
+}
+
+static void vqp_sw_pid_register(void)
+{
+    pthread_atfork(NULL, NULL, vqp_sw_pid_forked);
+}
+
+static inline uint32_t vqp_sw_self_pid(void)
+{
+    if (ucs_unlikely(vqp_sw_pid_cache == 0)) {
+        pthread_once(&vqp_sw_pid_once, vqp_sw_pid_register);
+        vqp_sw_pid_cache = (uint32_t)getpid();
+    }
+    return vqp_sw_pid_cache;
+}
+
 int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
                 unsigned n_local, const struct iovec *remote, unsigned n_remote)
 {
@@ -86,7 +112,7 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
     if (total == 0) {
         return 0;
     }
-    if (pid == (uint32_t)getpid()) {
+    if (pid == vqp_sw_self_pid()) {
         /* Same process: the syscall would only add cost. */
         li = ri = 0;
         loff = roff = 0;
