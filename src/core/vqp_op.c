@@ -1034,7 +1034,8 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
 {
     unsigned d        = pqp->dev;
     vqp_mlx5_sge_t sg = {op->laddr, (uint32_t)op->length, op->lkey[d]};
-    unsigned flags    = (op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0;
+    unsigned flags = ((op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0) |
+                     ((op->flags & VQP_SEND_INLINE) ? VQP_MLX5_INLINE : 0);
     int ret;
 
     if (ucs_unlikely(op->length > UINT32_MAX)) {
@@ -1119,6 +1120,17 @@ static UCS_F_ALWAYS_INLINE int vqp_inline_room(const vqp_t *vqp, unsigned flags)
     return (vqp->op_disp == vqp->op_tail) && vqp->send_qp->alive &&
            vqp_pqp_has_room(vqp->send_qp) &&
            (!(flags & VQP_SEND_FENCE) || (vqp->op_head == vqp->op_disp));
+}
+
+/* An inline WRITE the fast path can take: small enough for the send QP's
+ * WQEs, which have room now with nothing waiting (it must go in this call). */
+static UCS_F_ALWAYS_INLINE int vqp_inline_fast(const vqp_t *vqp,
+                                               const vqp_send_wr_t *wr)
+{
+    return (wr->opcode == VQP_OP_WRITE) &&
+           (wr->length <= vqp->send_qp->tx.max_inline) &&
+           !vqp_op_stripes(vqp, VQP_OP_WRITE, wr->length) &&
+           vqp_pqp_has_room(vqp->send_qp);
 }
 
 static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
@@ -1208,9 +1220,10 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
      * and the slow path make all pass for it. */
     if (ucs_unlikely(
             (opcode > VQP_OP_READ) ||
-            (wr->flags & ~(unsigned)VQP_SEND_SIGNALED) || !vqp->connected ||
-            (vqp->fatal != UCS_OK) || (vqp->op_disp != opn) ||
-            (vqp->replay_head != vqp->replay_tail) ||
+            (wr->flags & ~(unsigned)(VQP_SEND_SIGNALED | VQP_SEND_INLINE)) ||
+            ((wr->flags & VQP_SEND_INLINE) && !vqp_inline_fast(vqp, wr)) ||
+            !vqp->connected || (vqp->fatal != UCS_OK) ||
+            (vqp->op_disp != opn) || (vqp->replay_head != vqp->replay_tail) ||
             ((opcode == VQP_OP_WRITE_IMM) && (vqp->notify_qp != NULL)) ||
             (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops >=
              vqp->max_ops))) {

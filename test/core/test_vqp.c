@@ -1688,6 +1688,32 @@ static void test_probe(void **state)
     run_probe(VQP_LB_SPRAY);
 }
 
+/* An inline WRITE is copied within the call (the fast path's too): the
+ * caller may overwrite its buffer at once. */
+static void test_inline_write_copied(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    char expect[64];
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    memset(p.b.buf, 0, 4096);
+    for (i = 0; i < 8; ++i) {
+        fill_pattern(p.a.buf, sizeof(expect), 20 + i);
+        memcpy(expect, p.a.buf, sizeof(expect));
+        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, 0, 64 * i, 64);
+        wr.flags = VQP_SEND_INLINE | VQP_SEND_SIGNALED;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        memset(p.a.buf, 0xee, sizeof(expect)); /* the caller reuses it */
+        pair_wait(&p, i + 1, 0);
+        assert_int_equal(p.a.wcs[i].status, UCS_OK);
+        assert_memory_equal(p.b.buf + 64 * i, expect, sizeof(expect));
+    }
+    pair_destroy(&p);
+}
+
 static void test_post_errors(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -1775,6 +1801,7 @@ int main(void)
         cmocka_unit_test(test_fenced_inline_after_unsignaled),
         cmocka_unit_test(test_srq),
         cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_inline_write_copied),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_all_qps_fail),
