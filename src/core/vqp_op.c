@@ -1051,6 +1051,12 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
         ret =
             vqp_mlx5_post_read(&pqp->tx, &sg, 1, op->raddr, op->rkey[d], flags);
         break;
+    case VQP_OP_SEND: /* inline only (vqp_inline_fast) */
+        ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
+        break;
+    case VQP_OP_SEND_IMM:
+        ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm), flags);
+        break;
     default: /* VQP_OP_WRITE_IMM */
         ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, op->raddr, op->rkey[d],
                                       htobe32(op->imm), flags);
@@ -1122,12 +1128,14 @@ static UCS_F_ALWAYS_INLINE int vqp_inline_room(const vqp_t *vqp, unsigned flags)
            (!(flags & VQP_SEND_FENCE) || (vqp->op_head == vqp->op_disp));
 }
 
-/* An inline WRITE the fast path can take: small enough for the send QP's
- * WQEs, which have room now with nothing waiting (it must go in this call). */
+/* An inline WRITE or SEND the fast path can take: small enough for the send
+ * QP's WQEs, which have room now with nothing waiting (it must go in this
+ * call), and not one the striping rule would cut. */
 static UCS_F_ALWAYS_INLINE int vqp_inline_fast(const vqp_t *vqp,
                                                const vqp_send_wr_t *wr)
 {
-    return (wr->opcode == VQP_OP_WRITE) &&
+    return ((wr->opcode == VQP_OP_WRITE) || (wr->opcode == VQP_OP_SEND) ||
+            (wr->opcode == VQP_OP_SEND_IMM)) &&
            (wr->length <= vqp->send_qp->tx.max_inline) &&
            !vqp_op_stripes(vqp, VQP_OP_WRITE, wr->length) &&
            vqp_pqp_has_room(vqp->send_qp);
@@ -1215,11 +1223,12 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     vqp_op_t *op;
 
     /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
-     * WRITE_IMM) on a healthy, connected virtual QP with nothing waiting
-     * ahead of it and room in the operation ring. The checks vqp_check_send
-     * and the slow path make all pass for it. */
+     * WRITE_IMM), or an inline WRITE / SEND (UCT's put_short and am_short),
+     * on a healthy, connected virtual QP with nothing waiting ahead of it and
+     * room in the operation ring. The checks vqp_check_send and the slow
+     * path make all pass for it. */
     if (ucs_unlikely(
-            (opcode > VQP_OP_READ) ||
+            ((opcode > VQP_OP_READ) && !(wr->flags & VQP_SEND_INLINE)) ||
             (wr->flags & ~(unsigned)(VQP_SEND_SIGNALED | VQP_SEND_INLINE)) ||
             ((wr->flags & VQP_SEND_INLINE) && !vqp_inline_fast(vqp, wr)) ||
             !vqp->connected || (vqp->fatal != UCS_OK) ||

@@ -1688,11 +1688,12 @@ static void test_probe(void **state)
     run_probe(VQP_LB_SPRAY);
 }
 
-/* An inline WRITE is copied within the call (the fast path's too): the
- * caller may overwrite its buffer at once. */
+/* An inline WRITE or SEND is copied within the call (the fast path's too):
+ * the caller may overwrite its buffer at once. */
 static void test_inline_write_copied(void **state)
 {
     vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_recv_wr_t rwr   = {0};
     char expect[64];
     vqp_send_wr_t wr;
     unsigned i;
@@ -1710,6 +1711,29 @@ static void test_inline_write_copied(void **state)
         pair_wait(&p, i + 1, 0);
         assert_int_equal(p.a.wcs[i].status, UCS_OK);
         assert_memory_equal(p.b.buf + 64 * i, expect, sizeof(expect));
+    }
+
+    /* The same for inline SEND_IMM (am_short). */
+    for (i = 0; i < 4; ++i) {
+        rwr.wr_id   = 100 + i;
+        rwr.addr    = (uintptr_t)p.b.buf + 8192 + 256 * i;
+        rwr.length  = 256;
+        rwr.lkey[0] = p.b.lkey;
+        assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_OK);
+    }
+    for (i = 0; i < 4; ++i) {
+        fill_pattern(p.a.buf, sizeof(expect), 40 + i);
+        memcpy(expect, p.a.buf, sizeof(expect));
+        wr       = make_wr(&p.a, &p.b, VQP_OP_SEND_IMM, 20 + i, 0, 0, 40);
+        wr.imm   = 7 + i;
+        wr.flags = VQP_SEND_INLINE | VQP_SEND_SIGNALED;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+        memset(p.a.buf, 0xee, sizeof(expect));
+        pair_wait(&p, 9 + i, i + 1);
+        assert_int_equal(p.b.wcs[i].status, UCS_OK);
+        assert_int_equal(p.b.wcs[i].byte_len, 40);
+        assert_int_equal(p.b.wcs[i].imm, 7 + i);
+        assert_memory_equal(p.b.buf + 8192 + 256 * i, expect, 40);
     }
     pair_destroy(&p);
 }
