@@ -74,48 +74,6 @@ static uint32_t parse_atomic(void)
     return sizes;
 }
 
-/* Debug lines, which say why sizes are left out, collected while enabled. */
-static char debug_text[4096];
-
-static ucs_log_func_rc_t debug_handler(const char *file, unsigned line,
-                                       const char *function,
-                                       ucs_log_level_t level,
-                                       const ucs_log_component_config_t *comp,
-                                       const char *message, va_list ap)
-{
-    size_t used = strlen(debug_text);
-
-    if (level != UCS_LOG_LEVEL_DEBUG) {
-        return UCS_LOG_FUNC_RC_CONTINUE;
-    }
-    vsnprintf(debug_text + used, sizeof(debug_text) - used, message, ap);
-    strncat(debug_text, "\n", sizeof(debug_text) - strlen(debug_text) - 1);
-    return UCS_LOG_FUNC_RC_STOP;
-}
-
-static ucs_log_level_t saved_level;
-
-static void debug_start(void)
-{
-    debug_text[0] = '\0';
-    saved_level   = ucs_global_opts.log_component.log_level;
-    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DEBUG;
-    ucs_log_push_handler(debug_handler);
-}
-
-static void debug_stop(void)
-{
-    ucs_log_pop_handler();
-    ucs_global_opts.log_component.log_level = saved_level;
-}
-
-#define expect_debug(_text)                                              \
-    do {                                                                 \
-        if (strstr(debug_text, (_text)) == NULL) {                       \
-            fail_msg("debug log '%s' does not contain '%s'", debug_text, \
-                     (_text));                                           \
-        }                                                                \
-    } while (0)
 
 /* ------------------------------------------------------------ general */
 
@@ -262,12 +220,12 @@ static void test_atomic_field_positions(void **state)
 
 static void test_atomic_debug_reasons(void **state)
 {
-    debug_start();
+    test_debug_start();
     atomic_page(0, OPS_ALL, 0x0c, 0x0c, 1);
     assert_int_equal(parse_atomic(), 4);
     atomic_page(0, OPS_CS | OPS_FA, 0x0c, 0x0c, 0);
     assert_int_equal(parse_atomic(), 0);
-    debug_stop();
+    test_debug_stop();
     expect_debug("hca: 8-byte atomics reply in host order (endianness mode "
                  "1), the data path expects big-endian");
     expect_debug("hca: atomic_operations 0x3 lack masked CS and FA");

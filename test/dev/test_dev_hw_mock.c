@@ -1486,50 +1486,6 @@ static void test_ud_failures(void **state)
 
 /* ------------------------------------------------------------ ext atomics */
 
-/* Debug lines (why no extended atomics), collected while enabled. */
-static char debug_text[16384];
-
-static ucs_log_func_rc_t debug_handler(const char *file, unsigned line,
-                                       const char *function,
-                                       ucs_log_level_t level,
-                                       const ucs_log_component_config_t *comp,
-                                       const char *message, va_list ap)
-{
-    size_t used = strlen(debug_text);
-
-    if (level != UCS_LOG_LEVEL_DEBUG) {
-        return UCS_LOG_FUNC_RC_CONTINUE;
-    }
-    vsnprintf(debug_text + used, sizeof(debug_text) - used, message, ap);
-    strncat(debug_text, "\n", sizeof(debug_text) - strlen(debug_text) - 1);
-    return UCS_LOG_FUNC_RC_STOP;
-}
-
-static ucs_log_level_t saved_level;
-
-static void debug_start(void)
-{
-    debug_text[0] = '\0';
-    saved_level   = ucs_global_opts.log_component.log_level;
-    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DEBUG;
-    ucs_log_push_handler(debug_handler);
-}
-
-static void debug_stop(void)
-{
-    ucs_log_pop_handler();
-    ucs_global_opts.log_component.log_level = saved_level;
-}
-
-/* The debug lines so far contain @a _text; forget them for the next check. */
-#define expect_debug(_text)                                              \
-    do {                                                                 \
-        if (strstr(debug_text, (_text)) == NULL) {                       \
-            fail_msg("debug log '%s' does not contain '%s'", debug_text, \
-                     (_text));                                           \
-        }                                                                \
-        debug_text[0] = '\0';                                            \
-    } while (0)
 
 /* atomic_be_sizes of the last open_ext_atomic_sizes() */
 static uint32_t last_be_sizes;
@@ -1602,28 +1558,29 @@ static void test_ext_atomics(void **state)
 
 static void test_ext_atomics_failures(void **state)
 {
-    debug_start();
+    test_debug_start();
 
     /* No DevX (old kernel or firmware): none, the device works. */
     world.devx_open_errno = EOPNOTSUPP;
     assert_int_equal(open_ext_atomic_sizes(), 0);
     assert_int_equal(world.devx_cmds, 0);
-    expect_debug("mlx5_0:1: no DevX context (mlx5dv_open_device: Operation "
-                 "not supported)");
+    expect_debug_consume(
+        "mlx5_0:1: no DevX context (mlx5dv_open_device: Operation "
+        "not supported)");
     world.devx_open_errno = 0;
 
     /* The command refused as unsupported or not permitted: debug only. */
     world.devx_ret[0] = -1;
     world.devx_errno  = EPROTONOSUPPORT;
     assert_int_equal(open_ext_atomic_sizes(), 0);
-    expect_debug("mlx5_0:1: DevX QUERY_HCA_CAP(general) not available: "
-                 "Protocol not supported");
+    expect_debug_consume("mlx5_0:1: DevX QUERY_HCA_CAP(general) not available: "
+                         "Protocol not supported");
     /* A provider that returns the error instead of setting errno. */
     world.devx_ret[0] = EPERM;
     world.devx_errno  = EIO;
     assert_int_equal(open_ext_atomic_sizes(), 0);
-    expect_debug("QUERY_HCA_CAP(general) not available: Operation not "
-                 "permitted");
+    expect_debug_consume("QUERY_HCA_CAP(general) not available: Operation not "
+                         "permitted");
     assert_int_equal(test_log_count, 0);
 
     /* Any other failure is worth a warning; the device still opens. */
@@ -1661,13 +1618,13 @@ static void test_ext_atomics_failures(void **state)
     world.fail_devx_close = 0;
 
     /* And the reasons for leaving sizes out reach the debug log. */
-    debug_text[0] = '\0';
+    test_debug_text[0] = '\0';
     assert_int_equal(open_ext_atomic_sizes(), 4);
-    expect_debug("mlx5_0:1: 8-byte atomics reply in host order");
+    expect_debug_consume("mlx5_0:1: 8-byte atomics reply in host order");
     world.cap_atomic = 0;
     assert_int_equal(open_ext_atomic_sizes(), 0);
-    expect_debug("mlx5_0:1: the HCA does no atomics");
-    debug_stop();
+    expect_debug_consume("mlx5_0:1: the HCA does no atomics");
+    test_debug_stop();
 }
 
 int main(void)
