@@ -140,7 +140,8 @@ void vqp_sw_cqe_resp(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
     cqe.imm_inval_pkey = rec->imm;
     cqe.sop_drop_qpn   = htobe32(qp->qpn);
     /* UD: GRH present (bits 29:28 = 1) and the sender's SL above it. */
-    cqe.flags_rqpn  = htobe32((rec->ud_hdr << 24) | (rec->src_qpn & 0xffffff));
+    cqe.flags_rqpn =
+        htobe32(((uint32_t)rec->ud_hdr << 24) | (rec->src_qpn & 0xffffff));
     cqe.wqe_counter = htobe16(rec->wqe_counter);
     if (qp->srq != NULL) {
         cqe.srqn_uidx = htobe32(qp->srq->index);

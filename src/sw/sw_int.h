@@ -22,7 +22,7 @@
 #pragma GCC visibility push(hidden)
 
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     3u /* 2: UD QPs; 3: armed (wakeups) */
+#define VQP_SW_VERSION     4u /* 2: UD QPs; 3: armed; 4: record seq */
 #define VQP_SW_MAX_QP      1024u
 #define VQP_SW_QP_BITS     10u
 #define VQP_SW_MAX_CQ      512u
@@ -111,20 +111,25 @@ typedef struct vqp_sw_shm_srq {
 
 /* Responder completion, published by the requester for the owner. With
  * VQP_SW_REC_DATA it carries a small SEND's payload (byte_cnt bytes), which
- * the owner scatters into the receive WQE before writing the CQE. */
+ * the owner scatters into the receive WQE before writing the CQE. The owner
+ * polls seq (ring position + 1, stored last) instead of in_head: it then
+ * reads only the record's first line, which holds the header and up to 32
+ * payload bytes, and never the producers' lock line. */
 typedef struct vqp_sw_shm_rec {
-    uint32_t qp_index;
+    uint32_t seq;
+    uint16_t qp_index;
+    uint8_t opcode;   /* MLX5_CQE_RESP_* or MLX5_CQE_RESP_ERR */
+    uint8_t syndrome; /* for MLX5_CQE_RESP_ERR */
     uint32_t qpn;
     uint32_t byte_cnt;
     uint32_t imm; /* raw, as in the WQE */
     uint32_t src_qpn;
     uint16_t wqe_counter;
-    uint8_t opcode;   /* MLX5_CQE_RESP_* or MLX5_CQE_RESP_ERR */
-    uint8_t syndrome; /* for MLX5_CQE_RESP_ERR */
-    uint32_t flags;
-    uint32_t ud_hdr; /* UD: bits 31:24 of the CQE's flags_rqpn (GRH, SL) */
+    uint8_t flags;
+    uint8_t ud_hdr; /* UD: bits 31:24 of the CQE's flags_rqpn (GRH, SL) */
+    uint32_t pad;
     uint8_t data[VQP_SW_SMALL_SEND];
-} vqp_sw_shm_rec_t;
+} __attribute__((aligned(64))) vqp_sw_shm_rec_t;
 
 typedef struct vqp_sw_shm {
     uint64_t magic;
@@ -143,7 +148,10 @@ typedef struct vqp_sw_shm {
     uint64_t arena_off;
     /* Guards everything peers mutate: RQ/SRQ consumption, the inbound
      * ring's producer side, atomics, and the owner's QP state changes.
-     * Cache lines by writer: peers (lock, in_head), owner (in_tail). */
+     * Cache lines by writer: peers (lock, in_head), owner (in_tail). The
+     * owner's engine reads neither lock nor in_head (it polls the records'
+     * seq), and producers read in_tail only when the ring looks full, so
+     * each line stays with its writer between messages. */
     pthread_mutex_t lock __attribute__((aligned(64)));
     uint64_t in_head; /* producers, under the lock */
     /* Owner sets it before sleeping on its event socket (vqp_sw_dev_arm);
@@ -175,6 +183,10 @@ typedef struct vqp_sw_peer {
     bool dead;
     bool life_unreliable; /* life lock lost while the pid lives: ask */
     unsigned refs;        /* QPs pointing at it */
+    /* The peer's in_tail when we last read it: a lower bound of the real
+     * one (it only grows), so free ring slots are counted from it and the
+     * owner's line is fetched only when the ring looks full. */
+    uint64_t in_tail_seen;
 } vqp_sw_peer_t;
 
 typedef struct vqp_sw_fault {
@@ -227,6 +239,13 @@ struct vqp_sw_srq {
     vqp_sw_dev_t *dev;
     uint32_t index;
     vqp_sw_shm_srq_t *shm;
+    /* Geometry for the owner's engine: peers write hw_head and consumed in
+     * the shared line, which reading the geometry there would pull back
+     * on every message. */
+    uint8_t *buf;
+    uint32_t wqe_cnt;
+    uint32_t stride;
+    uint32_t max_sge;
     unsigned refs;
     size_t pages;
 };
@@ -274,6 +293,12 @@ struct vqp_sw_qp {
     } small[VQP_SW_SMALL_TRACK];
     size_t sq_pages;
     size_t rq_pages;
+    /* RQ geometry for the owner's engine (peers write rq_ci next to the
+     * shared copy). */
+    uint8_t *rq_buf;
+    uint32_t rq_wqe_cnt;
+    uint32_t rq_stride;
+    uint32_t rq_max_sge;
     void *bf;
     /* UD: no connection; peer caches the device the last datagram went
      * to, ud_hdr is the CQE header of the datagram being delivered. */
@@ -453,6 +478,10 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp);
 
 /* sw_resp.c */
 unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev);
+/* Free records in @a peer's inbound ring (its lock held), at least @a want
+ * if there are: its in_tail is read only when the last one seen leaves
+ * fewer. */
+unsigned vqp_sw_ring_room(vqp_sw_peer_t *peer, unsigned want);
 typedef enum vqp_sw_resp_status {
     VQP_SW_RESP_OK,
     VQP_SW_RESP_RNR,

@@ -258,6 +258,7 @@ static vqp_sw_peer_t *vqp_sw_peer_open(vqp_sw_dev_t *dev,
     free_slot->dead            = false;
     free_slot->life_unreliable = false;
     free_slot->refs            = 1;
+    free_slot->in_tail_seen    = 0; /* a lower bound of any tail */
     return free_slot;
 }
 

@@ -165,10 +165,14 @@ ucs_status_t vqp_sw_srq_create(vqp_sw_dev_t *dev, uint32_t max_wr,
         next                 = (void *)(buf + (size_t)i * stride);
         next->next_wqe_index = htobe16((uint16_t)((i + 1) & (cnt - 1)));
     }
-    srq->dev   = dev;
-    i          = idx;
-    srq->index = i;
-    srq->shm   = &dev->shm->srq[i];
+    srq->dev     = dev;
+    i            = idx;
+    srq->index   = i;
+    srq->shm     = &dev->shm->srq[i];
+    srq->buf     = buf;
+    srq->wqe_cnt = cnt;
+    srq->stride  = stride;
+    srq->max_sge = max_sge;
     vqp_sw_lock(dev->shm);
     srq->shm->wqe_cnt         = cnt;
     srq->shm->stride          = stride;
@@ -297,6 +301,10 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
     qp->srq         = attr->srq;
     qp->max_inline  = attr->max_inline_data;
     qp->delayed_wqe = UINT32_MAX;
+    qp->rq_buf      = rq_buf;
+    qp->rq_wqe_cnt  = rq_cnt;
+    qp->rq_stride   = rq_stride;
+    qp->rq_max_sge  = attr->max_recv_sge;
     qp->dbrec[0]    = 0;
     qp->dbrec[1]    = 0;
     vqp_sw_lock(dev->shm);

@@ -243,13 +243,32 @@ static bool vqp_sw_box_overlap(uint64_t lo1, uint64_t hi1, uint64_t lo2,
     return (lo1 < hi1) && (lo2 < hi2) && (lo1 < hi2) && (lo2 < hi1);
 }
 
-/* Forgets the small SENDs the target has placed (its ring tail passed
- * their records). */
-static void vqp_sw_small_prune(vqp_sw_qp_t *qp)
+unsigned vqp_sw_ring_room(vqp_sw_peer_t *peer, unsigned want)
 {
-    uint64_t tail = __atomic_load_n(&qp->peer->shm->in_tail, __ATOMIC_ACQUIRE);
-    unsigned i    = 0;
+    vqp_sw_shm_t *pshm = peer->shm;
+    uint64_t used      = pshm->in_head - peer->in_tail_seen;
 
+    if (used + want > VQP_SW_INBOUND) {
+        peer->in_tail_seen = __atomic_load_n(&pshm->in_tail, __ATOMIC_ACQUIRE);
+        used               = pshm->in_head - peer->in_tail_seen;
+    }
+    /* A tail past the head is a corrupt segment: take the ring as full. */
+    return (used > VQP_SW_INBOUND) ? 0 : VQP_SW_INBOUND - (unsigned)used;
+}
+
+/* Forgets the small SENDs the target has placed (its ring tail passed
+ * their records): with @a fresh its current tail, else the last one seen
+ * (no access to the owner's line). */
+static void vqp_sw_small_prune(vqp_sw_qp_t *qp, bool fresh)
+{
+    uint64_t tail;
+    unsigned i = 0;
+
+    if (fresh) {
+        qp->peer->in_tail_seen =
+            __atomic_load_n(&qp->peer->shm->in_tail, __ATOMIC_ACQUIRE);
+    }
+    tail = qp->peer->in_tail_seen;
     while ((i < qp->n_small) && ((int64_t)(tail - qp->small[i].seq) >= 0)) {
         ++i;
     }
@@ -271,7 +290,7 @@ bool vqp_sw_small_conflict(vqp_sw_qp_t *qp, uint64_t addr, uint64_t len)
         qp->n_small = 0;
         return false;
     }
-    vqp_sw_small_prune(qp);
+    vqp_sw_small_prune(qp, true);
     for (i = 0; i < qp->n_small; ++i) {
         if (vqp_sw_box_overlap(addr, addr + len, qp->small[i].lo,
                                qp->small[i].hi)) {
@@ -290,7 +309,8 @@ static void vqp_sw_small_track(vqp_sw_qp_t *qp, uint64_t lo, uint64_t hi)
     if (lo >= hi) {
         return;
     }
-    vqp_sw_small_prune(qp);
+    /* Only a full list is worth a look at the owner's tail. */
+    vqp_sw_small_prune(qp, qp->n_small == VQP_SW_SMALL_TRACK);
     if (qp->n_small == VQP_SW_SMALL_TRACK) {
         i               = qp->n_small - 1;
         qp->small[i].lo = ucs_min(qp->small[i].lo, lo);
@@ -326,7 +346,8 @@ void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
                          const struct iovec *small, unsigned n_small)
 {
     vqp_sw_shm_t *pshm    = qp->peer->shm;
-    vqp_sw_shm_rec_t *rec = &pshm->in[pshm->in_head & (VQP_SW_INBOUND - 1)];
+    uint64_t pos          = pshm->in_head;
+    vqp_sw_shm_rec_t *rec = &pshm->in[pos & (VQP_SW_INBOUND - 1)];
     size_t off            = 0;
     unsigned i;
 
@@ -339,7 +360,7 @@ void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
         rec->flags = VQP_SW_REC_DATA;
     }
 
-    rec->qp_index    = tqp->qpn & (VQP_SW_MAX_QP - 1);
+    rec->qp_index    = (uint16_t)(tqp->qpn & (VQP_SW_MAX_QP - 1));
     rec->qpn         = tqp->qpn;
     rec->byte_cnt    = byte_cnt;
     rec->imm         = imm;
@@ -347,9 +368,11 @@ void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
     rec->wqe_counter = wqe_counter;
     rec->opcode      = opcode;
     rec->syndrome    = syndrome;
-    rec->ud_hdr      = qp->ud ? qp->ud_hdr : 0;
-    /* The record (and the data placed before it) before the new head. */
-    __atomic_store_n(&pshm->in_head, pshm->in_head + 1, __ATOMIC_RELEASE);
+    rec->ud_hdr      = qp->ud ? (uint8_t)qp->ud_hdr : 0;
+    /* The record (and the data placed before it) before its seq, which
+     * the owner polls; in_head for producers and the arm check. */
+    __atomic_store_n(&rec->seq, (uint32_t)(pos + 1), __ATOMIC_RELEASE);
+    __atomic_store_n(&pshm->in_head, pos + 1, __ATOMIC_RELEASE);
     vqp_sw_peer_wake(qp->dev, qp->peer);
 }
 
@@ -383,8 +406,7 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
         status = VQP_SW_RESP_NO_ACK;
         goto out;
     }
-    if (pshm->in_head - __atomic_load_n(&pshm->in_tail, __ATOMIC_ACQUIRE) >=
-        VQP_SW_INBOUND) {
+    if (vqp_sw_ring_room(qp->peer, 1) == 0) {
         status = VQP_SW_RESP_BUSY;
         goto out;
     }
@@ -514,9 +536,7 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
     if (tqp == NULL) {
         goto out;
     }
-    room = VQP_SW_INBOUND -
-           (unsigned)(pshm->in_head -
-                      __atomic_load_n(&pshm->in_tail, __ATOMIC_ACQUIRE));
+    room = vqp_sw_ring_room(qp->peer, run->n);
     while ((n < run->n) && (n < room) &&
            (nr + VQP_SW_MAX_SGE <= VQP_SW_RUN_IOV)) {
         if ((n > 0) && (tqp->srq_index != VQP_SW_NO_SRQ)) {
@@ -585,7 +605,7 @@ static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
     vqp_sw_dev_t *dev = qp->dev;
     const struct mlx5_wqe_data_seg *segs;
     struct iovec riov[VQP_SW_MAX_SGE];
-    const vqp_sw_shm_srq_t *srq;
+    const vqp_sw_srq_t *srq;
     const char *why = NULL;
     unsigned n_segs, nr = 0, bad = 0, i;
     uint64_t cap = 0;
@@ -598,20 +618,20 @@ static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
                   dev->name, qp->qpn, rec->byte_cnt, VQP_SW_SMALL_SEND);
         return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
     }
+    /* Our own geometry, not the shared copies next to what peers write. */
     if (qp->srq == NULL) {
-        if (qp->shm->rq_wqe_cnt == 0) {
+        if (qp->rq_wqe_cnt == 0) {
             ucs_error("vqp_sw %s: QP 0x%x: inbound SEND without an RQ",
                       dev->name, qp->qpn);
             return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
         }
-        segs   = (const void *)((uint8_t *)dev->shm + qp->shm->rq_off +
-                              (size_t)(rec->wqe_counter &
-                                       (qp->shm->rq_wqe_cnt - 1)) *
-                                  qp->shm->rq_stride);
-        n_segs = ucs_min(qp->shm->rq_max_sge, VQP_SW_MAX_SGE);
+        segs   = (const void *)(qp->rq_buf + (size_t)(rec->wqe_counter &
+                                                    (qp->rq_wqe_cnt - 1)) *
+                                               qp->rq_stride);
+        n_segs = ucs_min(qp->rq_max_sge, VQP_SW_MAX_SGE);
     } else {
-        srq    = qp->srq->shm;
-        segs   = (const void *)((uint8_t *)dev->shm + srq->buf_off +
+        srq    = qp->srq;
+        segs   = (const void *)(srq->buf +
                               (size_t)(rec->wqe_counter & (srq->wqe_cnt - 1)) *
                                   srq->stride +
                               sizeof(struct mlx5_wqe_srq_next_seg));
@@ -643,14 +663,18 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
 {
     vqp_sw_shm_t *shm = dev->shm;
     uint64_t tail     = shm->in_tail;
-    uint64_t head     = __atomic_load_n(&shm->in_head, __ATOMIC_ACQUIRE);
     const vqp_sw_shm_rec_t *rec;
     vqp_sw_qp_t *qp;
     unsigned n = 0;
     uint8_t synd;
 
-    while ((tail != head) && (n < VQP_SW_IN_BUDGET)) {
+    while (n < VQP_SW_IN_BUDGET) {
         rec = &shm->in[tail & (VQP_SW_INBOUND - 1)];
+        /* Published once its seq is its position + 1 (stored last). */
+        if (__atomic_load_n(&rec->seq, __ATOMIC_ACQUIRE) !=
+            (uint32_t)(tail + 1)) {
+            break;
+        }
         /* Peers wrote the record: check the index before using it. */
         qp = (rec->qp_index < VQP_SW_MAX_QP) ? dev->qps[rec->qp_index] : NULL;
         if ((qp == NULL) || (qp->qpn != rec->qpn)) {

@@ -172,9 +172,7 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
         why = "no UD QP with that QPN in RTR, RTS or SQE";
     } else if (tqp->qkey != qkey) {
         why = "qkey mismatch";
-    } else if (pshm->in_head -
-                   __atomic_load_n(&pshm->in_tail, __ATOMIC_ACQUIRE) >=
-               VQP_SW_INBOUND) {
+    } else if (vqp_sw_ring_room(peer, 1) == 0) {
         why = "target's inbound ring full";
     } else if (vqp_sw_resp_take_wqe(qp, tqp, 0, &cursor, &segs, &n_segs,
                                     &wqe_counter) != VQP_SW_RESP_OK) {

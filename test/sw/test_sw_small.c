@@ -319,6 +319,50 @@ static void test_small_threshold(void **state)
     sm_fini(&m);
 }
 
+/* The owner takes a record when its seq says it is published, not when
+ * in_head moved: a record whose seq still holds the previous lap's value
+ * is left alone (no CQE, no data placed) until the seq is stored. Small
+ * payloads share the record's first cache line with the seq. */
+static void test_small_record_seq(void **state)
+{
+    vqp_sw_shm_t *shm;
+    vqp_sw_shm_rec_t *rec;
+    struct mlx5_cqe64 cqe;
+    uint16_t rwqe;
+    uint32_t seq;
+    unsigned i;
+    sm_t m;
+
+    assert_true(offsetof(vqp_sw_shm_rec_t, data) + 24 <= 64);
+    assert_int_equal(sizeof(vqp_sw_shm_rec_t) % 64, 0);
+    assert_int_equal(offsetof(vqp_sw_shm_t, in) % 64, 0);
+    assert_int_equal(sm_init(&m, false, 7), 0);
+    fill(m.buf[0], 24, 3);
+    rwqe = sm_recv1(&m, 0, 64);
+    sm_send(&m, MLX5_OPCODE_SEND, 0, 24, 0, false);
+    assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
+    shm = m.devs[1]->shm;
+    assert_int_equal(shm->in_head, shm->in_tail + 1);
+    rec = &shm->in[shm->in_tail & (VQP_SW_INBOUND - 1)];
+    seq = __atomic_load_n(&rec->seq, __ATOMIC_ACQUIRE);
+    assert_int_equal(seq, (uint32_t)(shm->in_tail + 1));
+    /* As if the producer had not stored the seq yet. */
+    __atomic_store_n(&rec->seq, seq - VQP_SW_INBOUND, __ATOMIC_RELEASE);
+    for (i = 0; i < 10; ++i) {
+        vqp_sw_progress(m.devs[1]);
+    }
+    assert_null(sw_test_cq_peek(&m.rcq[1]));
+    assert_true(all_sent(m.buf[1], 64));
+    assert_int_equal(shm->in_tail + 1, shm->in_head);
+    __atomic_store_n(&rec->seq, seq, __ATOMIC_RELEASE);
+    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+    check_resp(&cqe, MLX5_CQE_RESP_SEND, 24, rwqe, 0, m.qp[0].qpn);
+    assert_memory_equal(m.buf[1], m.buf[0], 24);
+    assert_true(all_sent(m.buf[1] + 24, 40));
+    assert_int_equal(shm->in_tail, shm->in_head);
+    sm_fini(&m);
+}
+
 /* One receive WQE of four segments with gaps between them: a small
  * message fills them in order, exactly, and stops mid-segment. */
 static void test_small_scatter(void **state)
@@ -921,6 +965,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_integrity),
         cmocka_unit_test(test_small_threshold),
+        cmocka_unit_test(test_small_record_seq),
         cmocka_unit_test(test_small_scatter),
         cmocka_unit_test(test_small_local_length),
         cmocka_unit_test(test_small_srq),
