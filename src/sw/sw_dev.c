@@ -361,7 +361,9 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
 {
     unsigned i, events = 0;
     vqp_sw_qp_t *qp;
+    uint32_t gen, db;
     uint64_t now;
+    bool all;
 
     ++dev->shm->progress_calls;
     /* Peers that died without a word are noticed here (and on ESRCH). */
@@ -376,20 +378,27 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
             }
         }
     }
-    events += vqp_sw_resp_progress(dev);
+    /* A peer set some QP's remote_err since the last look: visit all. */
+    gen               = __atomic_load_n(&dev->shm->err_gen, __ATOMIC_ACQUIRE);
+    all               = (gen != dev->err_gen_seen);
+    dev->err_gen_seen = gen;
     for (i = 0; i < dev->n_qps; ++i) {
         qp = dev->qp_list[i];
-        /* Idle QP (nothing posted, no responder error, not flushing):
-         * skip the call; this loop runs on every poll of every QP. */
-        if ((__atomic_load_n(&qp->shm->remote_err, __ATOMIC_RELAXED) == 0) &&
-            (__atomic_load_n(&qp->shm->state, __ATOMIC_RELAXED) !=
-             IBV_QPS_ERR) &&
-            ((uint16_t)be32toh(__atomic_load_n(
-                 &qp->dbrec[MLX5_SND_DBR], __ATOMIC_RELAXED)) == qp->sq_ci)) {
+        /* Idle QP (doorbell unchanged since it had nothing left, not
+         * flushing): skip the call; this loop runs on every poll. */
+        db = __atomic_load_n(&qp->dbrec[MLX5_SND_DBR], __ATOMIC_RELAXED);
+        if ((db == qp->sq_db_idle) && !qp->in_err && !all) {
             continue;
         }
         events += vqp_sw_req_progress(qp);
+        db = __atomic_load_n(&qp->dbrec[MLX5_SND_DBR], __ATOMIC_RELAXED);
+        if ((uint16_t)be32toh(db) == qp->sq_ci) {
+            qp->sq_db_idle = db;
+        }
     }
+    /* Inbound records last: a responder CQE is written right before the
+     * caller polls its CQ, not before a walk over the QPs. */
+    events += vqp_sw_resp_progress(dev);
     for (i = 0; dev->fault.enabled && (i < VQP_SW_MAX_CQ); ++i) {
         if ((dev->cqs[i] != NULL) && (dev->cqs[i]->n_held > 0)) {
             vqp_sw_cq_release_held(dev->cqs[i]);

@@ -163,6 +163,10 @@ typedef struct vqp_sw_shm {
     /* Owner, on every poll: a line of its own, so polling does not take
      * the in_tail line away from producers between messages. */
     uint64_t progress_calls __attribute__((aligned(64)));
+    /* Peers add 1 after setting a QP's remote_err: the owner's poll reads
+     * this word (a line peers write only on errors) instead of every QP's
+     * remote_err. */
+    uint32_t err_gen __attribute__((aligned(64)));
     vqp_sw_shm_rec_t in[VQP_SW_INBOUND] __attribute__((aligned(64)));
     vqp_sw_shm_mr_t mr[VQP_SW_MAX_MR];
     vqp_sw_shm_qp_t qp[VQP_SW_MAX_QP];
@@ -268,6 +272,12 @@ struct vqp_sw_qp {
     uint32_t sq_wqe_cnt;
     uint16_t sq_ci;
     uint16_t rq_flush_ci; /* RQ WQEs flushed so far in ERROR */
+    /* The poll skips the QP while its SQ doorbell record holds sq_db_idle
+     * (the raw value last seen with nothing left to execute) and it is
+     * not in ERROR (in_err mirrors shm->state == ERR): one private line
+     * and the dense doorbell array per idle QP. */
+    uint32_t sq_db_idle;
+    bool in_err;
     vqp_sw_cq_t *send_cq;
     vqp_sw_cq_t *recv_cq;
     vqp_sw_srq_t *srq;
@@ -328,7 +338,8 @@ struct vqp_sw_dev {
     vqp_sw_fault_t fault;
     bool atomic8_host; /* 8-byte fetched values in host order */
     uint64_t last_liveness;
-    pid_t life_tid; /* thread holding shm->life (0: none) */
+    uint32_t err_gen_seen; /* shm->err_gen at the last full QP scan */
+    pid_t life_tid;        /* thread holding shm->life (0: none) */
     /* Events (sw_event.c): the bound socket peers wake us through, and an
      * unbound one we wake peers from; -1 until first needed. */
     int event_fd;
@@ -497,6 +508,10 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
                                          unsigned n_iov, uint64_t len,
                                          uint64_t raddr, uint32_t rkey);
 vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp);
+/* Sets @a tqp's responder error flag @a synd in qp->peer's segment, tells
+ * its owner's poll (err_gen) and wakes it. */
+void vqp_sw_peer_remote_err(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                            uint32_t synd);
 /* Responder steps the UD path shares; qp->peer is the target device, its
  * lock held. */
 vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,

@@ -422,6 +422,7 @@ static void vqp_sw_qp_set_state(vqp_sw_qp_t *qp, enum ibv_qp_state state)
     }
     __atomic_store_n(&qp->shm->state, state, __ATOMIC_RELEASE);
     vqp_sw_unlock(qp->dev->shm);
+    qp->in_err = (state == IBV_QPS_ERR);
 }
 
 void vqp_sw_qp_set_sqe(vqp_sw_qp_t *qp)
@@ -454,6 +455,8 @@ static void vqp_sw_qp_reset(vqp_sw_qp_t *qp)
     qp->dbrec[1]    = 0;
     qp->sq_ci       = 0;
     qp->rq_flush_ci = 0;
+    qp->sq_db_idle  = 0;
+    qp->in_err      = false;
     qp->n_small     = 0;
     qp->stall       = VQP_SW_STALL_NONE;
     qp->stall_count = 0;

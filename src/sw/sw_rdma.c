@@ -38,9 +38,7 @@ static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     ucs_error("vqp_sw %s: QP 0x%x WQE %u: remote access 0x%lx+%lu rkey 0x%x "
               "refused: %s",
               qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
-    __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-                     __ATOMIC_RELEASE);
-    vqp_sw_peer_wake(qp->dev, qp->peer);
+    vqp_sw_peer_remote_err(qp, tqp, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
     return false;
 }
 

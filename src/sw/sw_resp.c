@@ -39,7 +39,14 @@ vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp)
     return tqp;
 }
 
-/* The next receive WQE of @a tqp: its scatter list and wqe_counter. */
+void vqp_sw_peer_remote_err(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
+                            uint32_t synd)
+{
+    __atomic_store_n(&tqp->remote_err, synd, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&qp->peer->shm->err_gen, 1, __ATOMIC_RELEASE);
+    vqp_sw_peer_wake(qp->dev, qp->peer);
+}
+
 /* The receive WQE @a k places after the next one the target's queue hands
  * out (k = 0: the next). For an SRQ, @a cursor follows the linked list: set
  * here for k = 0, advanced by the caller with vqp_sw_resp_srq_next(). */
@@ -74,10 +81,7 @@ vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
             ucs_error("vqp_sw %s: peer QP 0x%x: RQ overflow: producer %u is "
                       "%u ahead of consumer (ring of %u)",
                       qp->dev->name, tqp->qpn, pi, avail, tqp->rq_wqe_cnt);
-            __atomic_store_n(&tqp->remote_err,
-                             MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
-                             __ATOMIC_RELEASE);
-            vqp_sw_peer_wake(qp->dev, qp->peer);
+            vqp_sw_peer_remote_err(qp, tqp, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
             return VQP_SW_RESP_REM_OP;
         }
         if (avail <= k) {
@@ -112,9 +116,7 @@ vqp_sw_resp_status_t vqp_sw_resp_take_wqe(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
         ucs_error("vqp_sw %s: peer SRQ %u: overflow: counter %u is %u ahead "
                   "(%u usable entries)",
                   qp->dev->name, tqp->srq_index, pi, avail, srq->wqe_cnt - 1);
-        __atomic_store_n(&tqp->remote_err, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
-                         __ATOMIC_RELEASE);
-        vqp_sw_peer_wake(qp->dev, qp->peer);
+        vqp_sw_peer_remote_err(qp, tqp, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
         return VQP_SW_RESP_REM_OP;
     }
     if (avail <= k) {
@@ -429,10 +431,8 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
             ucs_error("vqp_sw %s: QP 0x%x WQE %u: WRITE_IMM to 0x%lx+%lu rkey "
                       "0x%x refused: %s",
                       qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
-            __atomic_store_n(&tqp->remote_err,
-                             MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-                             __ATOMIC_RELEASE);
-            vqp_sw_peer_wake(qp->dev, qp->peer);
+            vqp_sw_peer_remote_err(qp, tqp,
+                                   MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
             status = VQP_SW_RESP_REM_ACCESS;
             goto out;
         }
