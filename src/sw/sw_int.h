@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -54,6 +55,8 @@
  * placed by the requester with process_vm_writev. Multiple of 8. */
 #define VQP_SW_SMALL_SEND  256u
 #define VQP_SW_SMALL_TRACK 8u /* unplaced small SENDs tracked per QP */
+/* Puts a mutex's robust-list links at the start of a cache line. */
+#define VQP_SW_LIFE_PAD (64 - offsetof(pthread_mutex_t, __data.__list))
 /* UD QP types in vqp_sw_shm_qp_t.type. */
 #define VQP_SW_QPT_RC 0u
 #define VQP_SW_QPT_UD 1u
@@ -143,8 +146,13 @@ typedef struct vqp_sw_shm {
     uint64_t seg_size;
     /* Robust mutex the owner holds while the device is open: when its
      * thread or process ends the kernel marks it owner-died, so a peer
-     * learns that the owner is gone from one load (no syscall). */
-    pthread_mutex_t life __attribute__((aligned(64)));
+     * learns that the owner is gone from one load (no syscall). glibc
+     * links every robust mutex a thread holds through their __list fields
+     * and rewrites its neighbour's links on each lock and unlock, i.e.
+     * this one's whenever the owner takes a peer's lock: the padding puts
+     * __list on the next cache line, away from the word peers read. */
+    uint8_t life_pad[VQP_SW_LIFE_PAD] __attribute__((aligned(64)));
+    pthread_mutex_t life;
     uint64_t arena_off;
     /* Guards everything peers mutate: RQ/SRQ consumption, the inbound
      * ring's producer side, atomics, and the owner's QP state changes.
