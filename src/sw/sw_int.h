@@ -516,6 +516,10 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
                                          unsigned n_iov, uint64_t len,
                                          uint64_t raddr, uint32_t rkey);
 vqp_sw_shm_qp_t *vqp_sw_peer_qp(vqp_sw_qp_t *qp);
+/* Starts loading the lines a SEND of @a qp reads or writes in its target's
+ * segment (receive doorbell record and WQE, ring slot) while the WQE is
+ * parsed: they were last written by the target's process. */
+void vqp_sw_resp_prefetch(vqp_sw_qp_t *qp);
 /* Sets @a tqp's responder error flag @a synd in qp->peer's segment, tells
  * its owner's poll (err_gen) and wakes it. */
 void vqp_sw_peer_remote_err(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,

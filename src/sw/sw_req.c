@@ -515,6 +515,7 @@ static unsigned vqp_sw_req_send_run(vqp_sw_qp_t *qp, uint16_t pi,
     /* A single SEND too: parsed and checked once on the fast path. Any
      * SEND the run cannot deliver (RNR, errors, dead peer) is redone by
      * the ordinary path, which waits or reports it exactly. */
+    vqp_sw_resp_prefetch(qp);
     if (vqp_sw_req_scan_run(qp, pi, budget, MLX5_OPCODE_SEND,
                             MLX5_OPCODE_SEND_IMM, &run) == 0) {
         return 0;

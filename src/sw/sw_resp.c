@@ -47,6 +47,41 @@ void vqp_sw_peer_remote_err(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     vqp_sw_peer_wake(qp->dev, qp->peer);
 }
 
+void vqp_sw_resp_prefetch(vqp_sw_qp_t *qp)
+{
+    const vqp_sw_shm_srq_t *srq;
+    const vqp_sw_shm_qp_t *tqp;
+    vqp_sw_shm_t *pshm;
+    uint64_t off;
+    unsigned t, s;
+
+    if ((qp->peer == NULL) || qp->peer->dead) {
+        return;
+    }
+    /* Unlocked reads of fields that may change: only addresses to touch
+     * early, kept inside the mapping; the locked path decides. */
+    pshm = qp->peer->shm;
+    t    = qp->shm->dest_qpn & (VQP_SW_MAX_QP - 1);
+    tqp  = &pshm->qp[t];
+    s    = tqp->srq_index;
+    __builtin_prefetch(&pshm->in[pshm->in_head & (VQP_SW_INBOUND - 1)], 1);
+    if (s == VQP_SW_NO_SRQ) {
+        __builtin_prefetch(&pshm->qp_dbrec[t][MLX5_RCV_DBR]);
+        off = tqp->rq_off +
+              (uint64_t)(tqp->rq_ci & (tqp->rq_wqe_cnt - 1)) * tqp->rq_stride;
+    } else if (s < VQP_SW_MAX_SRQ) {
+        srq = &pshm->srq[s];
+        __builtin_prefetch(&pshm->srq_dbrec[s][0]);
+        off = srq->buf_off +
+              (uint64_t)(srq->hw_head & (srq->wqe_cnt - 1)) * srq->stride;
+    } else {
+        return;
+    }
+    if (off < qp->peer->size) {
+        __builtin_prefetch((uint8_t *)pshm + off);
+    }
+}
+
 /* The receive WQE @a k places after the next one the target's queue hands
  * out (k = 0: the next). For an SRQ, @a cursor follows the linked list: set
  * here for k = 0, advanced by the caller with vqp_sw_resp_srq_next(). */
