@@ -599,9 +599,9 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->vqp_params.stripe_threshold = config->stripe_threshold;
     self->vqp_params.max_outstanding  = config->max_outstanding;
     self->vqp_params.max_ops          = config->tx_queue_len;
-    /* Receive buffers come from the SRQ; this sizes the notification
-     * rings only (rc_vqp sends no WRITE_IMM). */
-    self->vqp_params.max_recvs = 64;
+    /* Receive buffers come from the SRQ, and rc_vqp sends no WRITE_IMM:
+     * the data QPs post no receives and reserve no CQ entries for them. */
+    self->vqp_params.max_recvs = 0;
     self->vqp_params.max_inline =
         ucs_min(config->max_inline, (size_t)attr.max_inline);
     self->vqp_params.comp_cb           = uct_rc_vqp_ep_completion;

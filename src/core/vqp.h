@@ -158,7 +158,11 @@ typedef struct vqp_params {
     uint64_t stripe_threshold; /* smaller RDMA ops use one QP */
     unsigned max_outstanding;  /* fragments in flight per QP */
     unsigned max_ops;          /* operations in flight (send side) */
-    unsigned max_recvs;        /* posted receives (each kind) */
+    /* Posted receives (each kind). 0: the virtual QP receives no
+     * notifications (its data QPs post no receives, and the peer's
+     * WRITE_IMMs fail with UCS_ERR_UNSUPPORTED) and, without an SRQ, no
+     * SENDs. */
+    unsigned max_recvs;
     uint32_t max_inline;
     vqp_comp_cb_t comp_cb; /* NULL: completions via vqp_cq_poll */
     void *comp_arg;
@@ -242,6 +246,9 @@ typedef struct vqp_stats {
     uint64_t ops_completed;
     uint64_t notifies_received;
     uint64_t dqplb_duplicates;
+    /* Times a post waited for CQ room taken by WQEs of other QPs on the
+     * same virtual CQ. */
+    uint64_t credit_waits;
     unsigned qps_alive;
 } vqp_stats_t;
 

@@ -80,6 +80,8 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
         return UCS_ERR_NO_MEMORY;
     }
     cq->max_poll = params->max_poll;
+    ucs_list_head_init(&cq->vqps);
+    ucs_list_head_init(&cq->credit_waiters);
     cq->dirty = ucs_calloc(params->max_poll, sizeof(*cq->dirty), "vqp_dirty");
     if (cq->dirty == NULL) {
         ucs_error("vqp cq: out of memory");
@@ -104,6 +106,7 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
         if (status != UCS_OK) {
             goto err;
         }
+        cq->devs[i].credits = (int32_t)(cq->devs[i].cq.mask + 1);
     }
 
     *cq_p = cq;
@@ -137,20 +140,35 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
     return UCS_OK;
 }
 
+ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t n,
+                                const char *what)
+{
+    /* Entries are free only where no posted WQE may need them. */
+    if ((int64_t)cdev->credits < (int64_t)n) {
+        ucs_error("vqp cq: the CQ of %u entries cannot take %s needing %u"
+                  " (%u reserved for receives, %u for QPs, %d free of WQEs"
+                  " in flight): make the CQ larger or the receive queues"
+                  " smaller",
+                  cdev->cq.mask + 1, what, n, cdev->cqe_reserved,
+                  cdev->cover_reserve, cdev->credits);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+    cdev->credits -= (int32_t)n;
+    cdev->cqe_reserved += n;
+    return UCS_OK;
+}
+
+void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t n)
+{
+    cdev->credits += (int32_t)n;
+    cdev->cqe_reserved -= n;
+}
+
 ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
 {
     vqp_cq_dev_t *cdev = &cq->devs[pqp->dev];
-    uint32_t cap       = cdev->cq.mask + 1;
-
-    if (cdev->cqe_reserved + pqp->cqe_need > cap) {
-        ucs_error("vqp cq: the CQ of %u entries cannot take a QP with up to %u"
-                  " completions in flight (%u already reserved): make the CQ"
-                  " larger or the queues smaller",
-                  cap, pqp->cqe_need, cdev->cqe_reserved);
-        return UCS_ERR_EXCEEDS_LIMIT;
-    }
-    vqp_pqp_t ***chunk =
-        &cq->devs[pqp->dev].qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
+    vqp_pqp_t ***chunk = &cdev->qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
+    ucs_status_t status;
     vqp_pqp_t **slot;
 
     if (*chunk == NULL) {
@@ -166,8 +184,15 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
                   pqp->qpn, pqp->dev);
         return UCS_ERR_ALREADY_EXISTS;
     }
-    *slot = pqp;
-    cdev->cqe_reserved += pqp->cqe_need;
+    /* Its receives, and the entry of the NOP that may cover it. */
+    status = vqp_cq_dev_reserve(cdev, pqp->cqe_need + 1, "a QP");
+    if (status != UCS_OK) {
+        return status;
+    }
+    cdev->cqe_reserved -= 1;
+    ++cdev->cover_reserve;
+    *slot     = pqp;
+    pqp->cdev = cdev;
     return UCS_OK;
 }
 
@@ -195,6 +220,8 @@ void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp)
         cqe->sop_drop_qpn = 0;
         ++dropped;
     }
+    /* They hold their entries until the poll passes them. */
+    cq->devs[pqp->dev].credits -= (int32_t)dropped;
     if (dropped != 0) {
         ucs_debug("vqp cq: %u CQEs of destroyed QP 0x%x neutralised (%u SRQ"
                   " buffers posted again)",
@@ -209,7 +236,9 @@ void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
 
     if ((chunk != NULL) && (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp)) {
         chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
-        cq->devs[pqp->dev].cqe_reserved -= pqp->cqe_need;
+        vqp_cq_dev_release(&cq->devs[pqp->dev], pqp->cqe_need);
+        --cq->devs[pqp->dev].cover_reserve;
+        ++cq->devs[pqp->dev].credits;
     }
 }
 

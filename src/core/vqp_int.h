@@ -79,9 +79,10 @@ typedef struct vqp_pqp {
     vqp_mlx5_rxwq_t rx;
     uint32_t rx_cap; /* receives the core keeps posted (0: none) */
     uint32_t slot_base;
-    uint32_t cqe_need;  /* reserved in its device's CQ */
-    uint64_t *rx_wr_id; /* user receives: wr_id per RQ slot */
-    vqp_srq_t *srq;     /* the send QP's receives come from it, or NULL */
+    uint32_t cqe_need;       /* receive CQEs reserved in its device's CQ */
+    struct vqp_cq_dev *cdev; /* its device's share of the virtual CQ */
+    uint64_t *rx_wr_id;      /* user receives: wr_id per RQ slot */
+    vqp_srq_t *srq;          /* the send QP's receives come from it, or NULL */
     vqp_dev_qp_t *dev_qp;
     uint32_t qpn;
 } vqp_pqp_t;
@@ -191,9 +192,14 @@ struct vqp {
     unsigned wc_pending_recvs;
     vqp_dev_connect_params_t connect;
     int connected;
-    int canceling;  /* vqp_cancel(): QP failures are expected */
-    int dirty;      /* on the CQ's list of QPs to advance */
-    int rx_starved; /* a core RQ stopped short (arrived ring full) */
+    int canceling;   /* vqp_cancel(): QP failures are expected */
+    int dirty;       /* on the CQ's list of QPs to advance */
+    int rx_starved;  /* a core RQ stopped short (arrived ring full) */
+    int credit_wait; /* on the CQ's list of QPs waiting for CQ credits */
+    int peer_no_imm; /* the peer posts no receives for WRITE_IMM */
+    int imm_slow;    /* WRITE_IMM takes the slow path (SPRAY, no_imm) */
+    ucs_list_link_t cq_list;     /* the CQ's virtual QPs */
+    ucs_list_link_t credit_list; /* waiting for CQ credits */
     vqp_stats_t stats;
 };
 
@@ -214,10 +220,21 @@ typedef struct vqp_cq_dev {
     vqp_dev_cq_t *dev_cq;
     vqp_mlx5_cq_t cq;
     vqp_pqp_t **qpn_table[VQP_QPN_HIGH_SIZE];
-    /* CQEs the registered QPs can have outstanding at once (every WQE they
-     * track and every receive they post): a QP is refused rather than let
-     * the CQ overflow, which a ConnectX treats as fatal. */
+    /* A ConnectX treats a CQ overflow as fatal, so every CQE that can
+     * arrive has a CQ entry before it can be produced:
+     *  - receives can complete at any time: reserved while posted
+     *    (cqe_reserved; QPs, SRQs);
+     *  - every tracked WQE, signaled or not (a QP in ERROR flushes each):
+     *    one credit from posting until its CQE, or the CQE covering it, was
+     *    polled. Posts wait while credits <= 0;
+     *  - one entry per registered QP (cover_reserve) that only signaled
+     *    NOPs covering unsignaled WQEs may use, so WQEs that hold credits
+     *    can always be made to complete.
+     * credits = entries - cqe_reserved - cover_reserve - WQEs tracked - CQEs
+     * of destroyed QPs not polled yet; it goes below 0 by covers only. */
+    int32_t credits;
     uint32_t cqe_reserved;
+    uint32_t cover_reserve;
 } vqp_cq_dev_t;
 
 struct vqp_cq {
@@ -243,6 +260,9 @@ struct vqp_cq {
      * reporting run once per QP per batch, not once per CQE. */
     vqp_t **dirty;
     unsigned num_dirty;
+    ucs_list_link_t vqps;           /* every virtual QP on this CQ */
+    ucs_list_link_t credit_waiters; /* refused for lack of CQ credits */
+    int cover_pending; /* a waiter came: cover unsignaled WQEs of all QPs */
 };
 
 /* vqp_cq.c */
@@ -253,6 +273,11 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp);
 void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp);
 void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp);
 ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
+/* Reserve @a n CQ entries of @a cdev for receives (for @a what, in the
+ * error message), or give them back. */
+ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t n,
+                                const char *what);
+void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t n);
 
 /* vqp_op.c */
 /* Handle at most max_poll CQEs of @a cdev, then advance the virtual QPs that
@@ -260,6 +285,8 @@ ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
 unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev);
 void vqp_advance(vqp_t *vqp);
 void vqp_fail_all(vqp_t *vqp, ucs_status_t status);
+/* Waiters for CQ credits: cover what holds credits, advance the waiters. */
+void vqp_cq_credit_progress(vqp_cq_t *cq, unsigned polled);
 
 /* vqp_srq.c: a receive CQE of a send QP attached to an SRQ. */
 void vqp_srq_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,

@@ -14,11 +14,37 @@
 
 #define VQP_OP(_vqp, _n) (&(_vqp)->ops[(_n) & (_vqp)->op_mask])
 
+/* No CQ credit left for a WQE of @a pqp: its virtual QP waits on the CQ's
+ * list until CQEs of any QP give credits back. Returns 0. */
+static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
+{
+    vqp_t *vqp = pqp->vqp;
+
+    if (!vqp->credit_wait) {
+        vqp->credit_wait = 1;
+        ucs_list_add_tail(&vqp->cq->credit_waiters, &vqp->credit_list);
+        vqp->cq->cover_pending = 1;
+        ++vqp->stats.credit_waits;
+    }
+    return 0;
+}
+
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
 {
     return pqp->alive &&
            (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <= pqp->frag_mask) &&
-           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB);
+           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
+           (ucs_likely(pqp->cdev->credits > 0) || vqp_credit_short(pqp));
+}
+
+/* Room for a signaled NOP (or hole filler) that lets tracked WQEs complete:
+ * it may use the entries reserved per QP for that. */
+static UCS_F_ALWAYS_INLINE int vqp_pqp_has_cover_room(const vqp_pqp_t *pqp)
+{
+    return pqp->alive &&
+           (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <= pqp->frag_mask) &&
+           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
+           (pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0);
 }
 
 /* Round robin over the data QPs that are alive and have room. */
@@ -126,6 +152,7 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
 {
     vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
 
+    --pqp->cdev->credits;
     *frag = (vqp_frag_t){.offset    = offset,
                          .op        = opn,
                          .len       = len,
@@ -270,13 +297,21 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
  * whole virtual QP is then failing anyway. */
 static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
 {
-    vqp_pqp_t *pqp = vqp_pick_data_qp(vqp);
-    uint32_t imm   = f->seq | VQP_DQPLB_ABORT |
+    uint32_t imm = f->seq | VQP_DQPLB_ABORT |
                    ((f->kind == VQP_FRAG_FINAL) ? VQP_DQPLB_END : 0);
-    vqp_op_t *op = VQP_OP(vqp, f->op);
+    vqp_op_t *op   = VQP_OP(vqp, f->op);
+    vqp_pqp_t *pqp = NULL;
     vqp_frag_t *frag;
+    unsigned i;
     int ret;
 
+    /* Rare, and the peer waits for it: it may take a cover entry. */
+    for (i = 0; i < vqp->num_qps; ++i) {
+        if (vqp_pqp_has_cover_room(&vqp->qps[i])) {
+            pqp = &vqp->qps[i];
+            break;
+        }
+    }
     if (pqp == NULL) {
         ucs_warn("vqp %p: no QP to report lost sequence number %u to the"
                  " peer",
@@ -292,6 +327,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
         return;
     }
     /* Tracked as a NOP of no operation so its CQE is accounted. */
+    --pqp->cdev->credits;
     frag       = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
     *frag      = *f;
     frag->op   = UINT32_MAX;
@@ -435,13 +471,14 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
     vqp_frag_t *frag;
     int ret;
 
-    if (!vqp_pqp_has_room(pqp)) {
+    if (!vqp_pqp_has_cover_room(pqp)) {
         return 0;
     }
     ret = vqp_mlx5_post_nop(&pqp->tx, VQP_MLX5_SIGNALED);
     if (ret < 0) {
         return 0;
     }
+    --pqp->cdev->credits;
     frag            = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
     frag->op        = UINT32_MAX;
     frag->kind      = VQP_FRAG_NOP;
@@ -865,6 +902,7 @@ static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
     vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
     while (pqp->frag_head != pqp->frag_tail) {
         f = &pqp->frags[pqp->frag_head++ & pqp->frag_mask];
+        ++pqp->cdev->credits;
         if (f->wqe == wqe_counter) {
             vqp_frag_done(vqp, f, status);
             return;
@@ -893,10 +931,12 @@ static UCS_F_ALWAYS_INLINE void vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
             --VQP_OP(vqp, f->op)->remaining;
         }
         if (f->wqe == wqe_counter) {
+            pqp->cdev->credits += (int32_t)(head - pqp->frag_head);
             pqp->frag_head = head;
             return;
         }
     }
+    pqp->cdev->credits += (int32_t)(head - pqp->frag_head);
     pqp->frag_head = head;
     ucs_error("vqp %p: QP 0x%x: CQE for WQE %u that was not posted", vqp,
               pqp->qpn, wqe_counter);
@@ -949,8 +989,10 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
         chunk = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS];
         pqp   = (chunk == NULL) ? NULL : chunk[qpn & (VQP_QPN_LOW_SIZE - 1)];
         if (ucs_unlikely(pqp == NULL)) {
-            /* A QP destroyed with CQEs still queued. */
+            /* A QP destroyed with CQEs still queued (neutralised to QPN 0 by
+             * vqp_cq_retire, which kept its entry). */
             ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
+            cdev->credits += (qpn == 0);
             continue;
         }
         vqp_handle_cqe(pqp, cqe);
@@ -964,7 +1006,46 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
         vqp->dirty = 0;
         vqp_advance(vqp);
     }
+    if (ucs_unlikely(!ucs_list_is_empty(&cq->credit_waiters))) {
+        vqp_cq_credit_progress(cq, count);
+    }
     return count;
+}
+
+void vqp_cq_credit_progress(vqp_cq_t *cq, unsigned polled)
+{
+    ucs_list_link_t waiters;
+    unsigned i;
+    vqp_t *vqp;
+    int room = 0;
+
+    if (cq->cover_pending && (polled == 0)) {
+        /* No CQE came: the WQEs holding the credits may all be unsignaled
+         * ones that only a later post on their QP would complete, and that
+         * post may never come. A signaled NOP on each such QP (from the
+         * entries reserved for it) makes them complete. Once per episode:
+         * a covered QP stays covered until it gets credits again. */
+        cq->cover_pending = 0;
+        ucs_list_for_each(vqp, &cq->vqps, cq_list)
+        {
+            vqp_cover_all(vqp);
+        }
+    }
+    for (i = 0; i < cq->num_devs; ++i) {
+        room |= (cq->devs[i].credits > 0);
+    }
+    if (!room) {
+        return;
+    }
+    /* Each waiter tries again once; one still short queues itself anew. */
+    ucs_list_head_init(&waiters);
+    ucs_list_splice_tail(&waiters, &cq->credit_waiters);
+    ucs_list_head_init(&cq->credit_waiters);
+    while (!ucs_list_is_empty(&waiters)) {
+        vqp              = ucs_list_extract_head(&waiters, vqp_t, credit_list);
+        vqp->credit_wait = 0;
+        vqp_advance(vqp);
+    }
 }
 
 static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
@@ -1012,6 +1093,12 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
     if (!vqp->connected) {
         ucs_error("vqp %p: post before connect", vqp);
         return UCS_ERR_NOT_CONNECTED;
+    }
+    if ((wr->opcode == VQP_OP_WRITE_IMM) && vqp->peer_no_imm) {
+        ucs_error("vqp %p: WRITE_IMM to a peer that receives no"
+                  " notifications (created with max_recvs 0)",
+                  vqp);
+        return UCS_ERR_UNSUPPORTED;
     }
     if ((wr->flags & VQP_SEND_INLINE) && (wr->opcode == VQP_OP_WRITE_IMM) &&
         (vqp->num_qps > 1)) {
@@ -1233,7 +1320,7 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
             ((wr->flags & VQP_SEND_INLINE) && !vqp_inline_fast(vqp, wr)) ||
             !vqp->connected || (vqp->fatal != UCS_OK) ||
             (vqp->op_disp != opn) || (vqp->replay_head != vqp->replay_tail) ||
-            ((opcode == VQP_OP_WRITE_IMM) && (vqp->notify_qp != NULL)) ||
+            ((opcode == VQP_OP_WRITE_IMM) && vqp->imm_slow) ||
             (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops >=
              vqp->max_ops))) {
         return vqp_post_send_slow(vqp, wr);
@@ -1303,6 +1390,9 @@ void vqp_fail_all(vqp_t *vqp, ucs_status_t status)
     unsigned i;
 
     for (i = 0; i < vqp->num_pqps; ++i) {
+        /* Their CQEs still in the CQ are taken back by vqp_cq_retire. */
+        vqp->qps[i].cdev->credits += (int32_t)VQP_RING_COUNT(
+            vqp->qps[i].frag_head, vqp->qps[i].frag_tail);
         vqp->qps[i].frag_head = vqp->qps[i].frag_tail;
     }
     vqp->replay_head = vqp->replay_tail;

@@ -29,7 +29,8 @@ typedef struct vqp_addr_hdr {
     uint8_t version;
     uint8_t lb;
     uint16_t num_pqps;
-    uint32_t recv_window; /* DQPLB reorder window of the sender of this */
+    uint32_t recv_window; /* DQPLB reorder window of the sender of this;
+                           * 0: it receives no WRITE_IMM */
     uint8_t num_devs;     /* distinct device addresses, 1..VQP_MAX_DEVS */
 } UCS_S_PACKED vqp_addr_hdr_t;
 
@@ -53,13 +54,12 @@ static ucs_status_t vqp_check_params(const vqp_params_t *p)
         (p->frag_size == 0) || (p->frag_size > (1ul << 30)) ||
         (p->frag_size & (p->frag_size - 1)) || (p->max_outstanding == 0) ||
         (p->max_outstanding > 16384) || (p->max_ops == 0) ||
-        (p->max_ops > (1u << 20)) || (p->max_recvs == 0) ||
-        (p->max_recvs > 16384) || (p->lb > VQP_LB_SPRAY) ||
-        (p->max_inline < sizeof(uint32_t))) {
+        (p->max_ops > (1u << 20)) || (p->max_recvs > 16384) ||
+        (p->lb > VQP_LB_SPRAY) || (p->max_inline < sizeof(uint32_t))) {
         ucs_error("vqp: invalid parameters: cq %p, %u QPs (1..4096), fragment"
                   " %lu bytes (a power of two, 1..1 GiB), %u outstanding"
                   " (1..16384), %u ops"
-                  " (1..2^20), %u receives (1..16384), lb %d, max_inline %u"
+                  " (1..2^20), %u receives (0..16384), lb %d, max_inline %u"
                   " (>= 4)",
                   p->cq, p->num_qps, p->frag_size, p->max_outstanding,
                   p->max_ops, p->max_recvs, p->lb, p->max_inline);
@@ -106,8 +106,9 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
                                              : VQP_ROLE_SEND;
     cd         = &vqp->cq->devs[pqp->dev];
 
-    frags = params->max_outstanding;
-    rq    = 1;
+    frags     = params->max_outstanding;
+    rq        = 1;
+    pqp->cdev = cd;
     if ((pqp == vqp->send_qp) && (params->srq != NULL)) {
         frags    = ucs_max(frags, params->max_ops);
         rq       = 0; /* SENDs land in the SRQ */
@@ -115,12 +116,13 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
         ++pqp->srq->users;
     } else if (pqp == vqp->send_qp) {
         frags = ucs_max(frags, params->max_ops);
-        rq    = params->max_recvs;
+        rq    = ucs_max(params->max_recvs, 1u);
     } else if (pqp->role == VQP_ROLE_NOTIFY) {
         frags       = params->max_ops;
-        rq          = params->max_recvs;
+        rq          = ucs_max(params->max_recvs, 1u);
         pqp->rx_cap = params->max_recvs;
-    } else if ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1)) {
+    } else if ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1) &&
+               (params->max_recvs != 0)) {
         /* Fragments and final messages of the peer land here. */
         rq          = 2 * params->max_outstanding;
         pqp->rx_cap = rq;
@@ -162,8 +164,9 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
         return status;
     }
     if (rq == 0) {
-        /* Its receive CQEs are the SRQ's, reserved by the SRQ. */
-        pqp->cqe_need = pqp->frag_mask + 1;
+        /* Its receive CQEs are the SRQ's, reserved by the SRQ; WQEs take
+         * CQ credits when posted. */
+        pqp->cqe_need = 0;
         return vqp_cq_register(vqp->cq, pqp);
     }
     status = vqp_mlx5_rxwq_init(&pqp->rx, &dv);
@@ -173,7 +176,11 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
     if (pqp->rx_cap > pqp->rx.mask + 1u) {
         pqp->rx_cap = pqp->rx.mask + 1;
     }
-    pqp->cqe_need = pqp->frag_mask + 1 + pqp->rx.mask + 1;
+    /* Only receives are reserved: the user's may fill the send QP's ring,
+     * the core keeps rx_cap posted on the others. */
+    pqp->cqe_need = ((pqp == vqp->send_qp) && (params->max_recvs != 0))
+                        ? pqp->rx.mask + 1u
+                        : pqp->rx_cap;
     return vqp_cq_register(vqp->cq, pqp);
 }
 
@@ -363,6 +370,7 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
         goto err;
     }
     ++vqp->cq->num_vqps;
+    ucs_list_add_tail(&vqp->cq->vqps, &vqp->cq_list);
     *vqp_p = vqp;
     return UCS_OK;
 
@@ -389,6 +397,10 @@ void vqp_destroy(vqp_t *vqp)
     }
     vqp_cq_reserve_wcs(cq, -(int)vqp->wc_reserve);
     --cq->num_vqps;
+    ucs_list_del(&vqp->cq_list);
+    if (vqp->credit_wait) {
+        ucs_list_del(&vqp->credit_list);
+    }
     vqp_free(vqp);
 }
 
@@ -467,10 +479,11 @@ size_t vqp_address_size(const vqp_t *vqp)
 ucs_status_t vqp_address_pack(const vqp_t *vqp, void *buf, size_t max,
                               size_t *len_p)
 {
-    vqp_addr_hdr_t hdr = {.version     = VQP_ADDR_VERSION,
-                          .lb          = vqp->lb,
-                          .num_pqps    = htobe16(vqp->num_pqps),
-                          .recv_window = htobe32(vqp->win_mask + 1)};
+    vqp_addr_hdr_t hdr = {
+        .version     = VQP_ADDR_VERSION,
+        .lb          = vqp->lb,
+        .num_pqps    = htobe16(vqp->num_pqps),
+        .recv_window = htobe32((vqp->max_recvs == 0) ? 0 : vqp->win_mask + 1)};
     vqp_dev_addr_t addrs[VQP_MAX_DEVS];
     uint8_t wire[VQP_MAX_DEVS];
     size_t len, offset, need;
@@ -543,8 +556,8 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
         return UCS_ERR_INVALID_PARAM;
     }
     if ((hdr.lb != vqp->lb) || (hdr.num_pqps != vqp->num_pqps) ||
-        (hdr.recv_window == 0) || (hdr.recv_window & (hdr.recv_window - 1)) ||
-        (hdr.num_devs == 0) || (hdr.num_devs > VQP_MAX_DEVS)) {
+        (hdr.recv_window & (hdr.recv_window - 1)) || (hdr.num_devs == 0) ||
+        (hdr.num_devs > VQP_MAX_DEVS)) {
         ucs_error("vqp %p: peer address (lb %u, %u QPs, window %u, %u"
                   " devices) does not match ours (lb %u, %u QPs) or is"
                   " invalid",
@@ -586,8 +599,13 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
         }
     }
 
-    /* Never run ahead of what the peer's window can reorder. */
-    vqp->send_window = ucs_min(vqp->send_window, hdr.recv_window / 2);
+    /* Never run ahead of what the peer's window can reorder. A window of 0:
+     * the peer posts no receives for notifications. */
+    vqp->peer_no_imm = (hdr.recv_window == 0);
+    vqp->imm_slow    = vqp->peer_no_imm || (vqp->notify_qp != NULL);
+    if (!vqp->peer_no_imm) {
+        vqp->send_window = ucs_min(vqp->send_window, hdr.recv_window / 2);
+    }
     for (i = 0; i < vqp->num_pqps; ++i) {
         p          = UCS_PTR_BYTE_OFFSET(buf, offset + i * entry);
         remote.qpn = ((uint32_t)p[0] << 16) | ((uint32_t)p[1] << 8) | p[2];

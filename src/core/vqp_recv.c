@@ -286,6 +286,13 @@ ucs_status_t vqp_post_recv(vqp_t *vqp, const vqp_recv_wr_t *wr)
     vqp_mlx5_sge_t sge;
     int ret;
 
+    if (vqp->max_recvs == 0) {
+        ucs_error("vqp %p: created with max_recvs 0: it takes no receives"
+                  "%s",
+                  vqp,
+                  (vqp->send_qp->srq != NULL) ? " (SENDs go to its SRQ)" : "");
+        return UCS_ERR_UNSUPPORTED;
+    }
     if ((wr->length == 0) && (vqp->num_qps > 1)) {
         if (VQP_RING_COUNT(vqp->nrecv_head, vqp->nrecv_tail) +
                 vqp->wc_pending_recvs >=

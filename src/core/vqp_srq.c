@@ -53,14 +53,10 @@ ucs_status_t vqp_srq_create(vqp_cq_t *cq, uint32_t max_wr, vqp_srq_t **srq_p)
         goto err_arrays;
     }
     /* Every buffer can complete at once, into the CQ of the send QPs. */
-    if (cdev->cqe_reserved + cnt > cdev->cq.mask + 1) {
-        ucs_error("vqp srq: the CQ of %u entries cannot take %u more"
-                  " receive completions (%u already reserved)",
-                  cdev->cq.mask + 1, cnt, cdev->cqe_reserved);
-        status = UCS_ERR_EXCEEDS_LIMIT;
+    status = vqp_cq_dev_reserve(cdev, cnt, "a shared receive queue");
+    if (status != UCS_OK) {
         goto err_arrays;
     }
-    cdev->cqe_reserved += cnt;
     *srq_p = srq;
     return UCS_OK;
 
@@ -91,7 +87,7 @@ ucs_status_t vqp_srq_destroy(vqp_srq_t *srq,
             release(arg, srq->wr_id[i]);
         }
     }
-    srq->cq->devs[0].cqe_reserved -= srq->max_wr;
+    vqp_cq_dev_release(&srq->cq->devs[0], srq->max_wr);
     vqp_dev_srq_destroy(srq->dev_srq);
     ucs_free(srq->wr_id);
     ucs_free(srq->busy);

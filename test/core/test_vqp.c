@@ -1406,8 +1406,21 @@ static void test_bad_params(void **state)
     side_close(&s);
 }
 
-/* A virtual QP that could overflow the CQ is refused with a clear error,
- * and fits again once another one is gone. */
+/* CQ entries of the device behind @a cq are all accounted for: nothing
+ * reserved, nothing in flight (after every virtual QP is gone and the CQ
+ * was polled past their CQEs). */
+static void check_cq_idle(vqp_cq_t *cq)
+{
+    vqp_cq_dev_t *cdev = &cq->devs[0];
+
+    assert_int_equal(cdev->cqe_reserved, 0);
+    assert_int_equal(cdev->cover_reserve, 0);
+    assert_int_equal(cdev->credits, (int32_t)(cdev->cq.mask + 1));
+}
+
+/* Receives can complete at any time, so a virtual QP whose receives would
+ * not fit the CQ is refused with a clear error, and fits again once another
+ * one is gone. WQEs reserve nothing up front (they take credits). */
 static void test_cq_capacity(void **state)
 {
     vqp_params_t params = base_params(4, VQP_LB_DQPLB);
@@ -1422,15 +1435,265 @@ static void test_cq_capacity(void **state)
     cqp.num_devs = 1;
     cqp.cqe      = 1024;
     assert_int_equal(vqp_cq_create(&cqp, &s.cq), UCS_OK);
-    params.cq        = s.cq;
-    params.max_ops   = 300; /* the send QP alone tracks 512 WQEs */
-    params.max_recvs = 64;
+    params.cq              = s.cq;
+    params.max_ops         = 4096; /* would have reserved 8192 entries */
+    params.max_outstanding = 64;   /* 4 data QPs x 128 receives */
+    params.max_recvs       = 64;
     assert_int_equal(vqp_create(&params, &first), UCS_OK);
+    assert_int_equal(s.cq->devs[0].cqe_reserved, 4 * 128 + 64);
     assert_int_equal(vqp_create(&params, &second), UCS_ERR_EXCEEDS_LIMIT);
+    expect_log("cannot take a QP needing 129"); /* 128 + its cover */
     vqp_destroy(first);
     assert_int_equal(vqp_create(&params, &second), UCS_OK);
     vqp_destroy(second);
+    check_cq_idle(s.cq);
     side_close(&s);
+}
+
+#define CREDIT_VQPS 6
+
+/* Virtual QPs of one side on one CQ of few entries, each connected to its
+ * own peer QP on the other side. */
+typedef struct credit_set {
+    side_t a; /* the CQ under test */
+    side_t b;
+    vqp_t *va[CREDIT_VQPS];
+    vqp_t *vb[CREDIT_VQPS];
+    unsigned n;
+} credit_set_t;
+
+static void credit_set_create(credit_set_t *cs, unsigned n, unsigned cqe,
+                              vqp_params_t params)
+{
+    char addr_a[2048], addr_b[2048];
+    size_t len_a, len_b;
+    vqp_cq_params_t cqp;
+    unsigned i;
+
+    cs->n = n;
+    side_open(&cs->a);
+    side_open(&cs->b);
+    vqp_cq_destroy(cs->a.cq);
+    vqp_cq_params_default(&cqp);
+    cqp.devs[0]  = cs->a.dev;
+    cqp.num_devs = 1;
+    cqp.cqe      = cqe;
+    assert_int_equal(vqp_cq_create(&cqp, &cs->a.cq), UCS_OK);
+    for (i = 0; i < n; ++i) {
+        params.cq = cs->a.cq;
+        assert_int_equal(vqp_create(&params, &cs->va[i]), UCS_OK);
+        params.cq = cs->b.cq;
+        assert_int_equal(vqp_create(&params, &cs->vb[i]), UCS_OK);
+        assert_int_equal(
+            vqp_address_pack(cs->va[i], addr_a, sizeof(addr_a), &len_a),
+            UCS_OK);
+        assert_int_equal(
+            vqp_address_pack(cs->vb[i], addr_b, sizeof(addr_b), &len_b),
+            UCS_OK);
+        assert_int_equal(vqp_connect(cs->va[i], addr_b, len_b), UCS_OK);
+        assert_int_equal(vqp_connect(cs->vb[i], addr_a, len_a), UCS_OK);
+    }
+}
+
+static void credit_set_poll(credit_set_t *cs)
+{
+    cs->a.nwcs +=
+        vqp_cq_poll(cs->a.cq, cs->a.wcs + cs->a.nwcs, MAX_WCS - cs->a.nwcs);
+    cs->b.nwcs +=
+        vqp_cq_poll(cs->b.cq, cs->b.wcs + cs->b.nwcs, MAX_WCS - cs->b.nwcs);
+}
+
+static void credit_set_wait(credit_set_t *cs, unsigned a_want)
+{
+    unsigned steps;
+
+    for (steps = 0; (steps < 2000000) && (cs->a.nwcs < a_want); ++steps) {
+        credit_set_poll(cs);
+        if ((steps & 63) == 63) {
+            sched_yield();
+        }
+    }
+    assert_int_equal(cs->a.nwcs, a_want);
+}
+
+static void credit_set_destroy(credit_set_t *cs)
+{
+    unsigned i;
+
+    for (i = 0; i < cs->n; ++i) {
+        vqp_destroy(cs->va[i]);
+        vqp_destroy(cs->vb[i]);
+    }
+    /* CQEs of destroyed QPs hold their entries until polled past. */
+    for (i = 0; i < 100; ++i) {
+        credit_set_poll(cs);
+    }
+    check_cq_idle(cs->a.cq);
+    side_close(&cs->a);
+    side_close(&cs->b);
+}
+
+/* The WQEs each virtual QP may have in flight (its QPs' rings) add up to
+ * far more than the shared CQ holds: posts wait for CQ credits instead of
+ * overflowing it (fatal on a ConnectX; the software device fails the CQ),
+ * and every operation completes once, in order per virtual QP, with its
+ * data. */
+static void test_cq_credits_shared(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    uint64_t waits = 0, len = 3000;
+    unsigned i, j, per = 60, count[CREDIT_VQPS] = {0};
+    vqp_stats_t stats;
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+    uint64_t off;
+
+    params.max_recvs = 0; /* nothing reserved: every entry is a credit */
+    credit_set_create(&cs, CREDIT_VQPS, 128, params);
+    fill_pattern(cs.a.buf, BUF_SIZE, 21);
+    memset(cs.b.buf, 0, BUF_SIZE);
+    for (j = 0; j < per; ++j) {
+        for (i = 0; i < cs.n; ++i) {
+            off = (i * per + j) * len;
+            wr  = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i * 1000 + j, off, off,
+                         (j % 3 == 2) ? 100000 : len); /* some striped */
+            if (wr.length != len) {
+                wr.local_addr =
+                    wr.remote_addr - (uintptr_t)cs.b.buf + (uintptr_t)cs.a.buf;
+                wr.length = len;
+                wr.opcode = VQP_OP_WRITE;
+            }
+            assert_int_equal(vqp_post_send(cs.va[i], &wr), UCS_OK);
+        }
+    }
+    /* 360 WQEs wanted, 128 - 30 (one per QP to cover it) entries. */
+    assert_true(cs.a.cq->devs[0].credits <= 0);
+    credit_set_wait(&cs, cs.n * per);
+    for (j = 0; j < cs.a.nwcs; ++j) {
+        i = (unsigned)(cs.a.wcs[j].wr_id / 1000);
+        assert_true(i < cs.n);
+        assert_int_equal(cs.a.wcs[j].status, UCS_OK);
+        assert_int_equal(cs.a.wcs[j].wr_id % 1000, count[i]);
+        ++count[i];
+    }
+    for (i = 0; i < cs.n; ++i) {
+        assert_int_equal(count[i], per);
+        vqp_query_stats(cs.va[i], &stats);
+        waits += stats.credit_waits;
+    }
+    assert_true(waits > 0);
+    assert_memory_equal(cs.a.buf, cs.b.buf, cs.n * per * len);
+    for (i = 0; i < 100; ++i) {
+        credit_set_poll(&cs);
+    }
+    assert_int_equal(cs.a.nwcs, cs.n * per); /* exactly once */
+    credit_set_destroy(&cs);
+}
+
+/* One virtual QP holds most credits with unsignaled WQEs that no CQE
+ * covers, then goes idle: another one's posts must not wait forever. The
+ * CQ covers the idle QP with a signaled NOP from its reserved entry. */
+static void test_cq_credits_unsignaled_holder(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    unsigned i, n_unsig;
+    vqp_stats_t stats;
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+
+    params.max_recvs = 0;
+    params.max_ops   = 256; /* the send QP signals every 128th WQE */
+    credit_set_create(&cs, 2, 128, params);
+    fill_pattern(cs.a.buf, BUF_SIZE, 22);
+    memset(cs.b.buf, 0, BUF_SIZE);
+    /* 126 entries are credits (one per QP is the cover reserve): all of
+     * them held. */
+    n_unsig = 126;
+    for (i = 0; i < n_unsig; ++i) {
+        wr       = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i, i * 64, i * 64, 64);
+        wr.flags = 0;
+        assert_int_equal(vqp_post_send(cs.va[0], &wr), UCS_OK);
+    }
+    for (i = 0; i < 200; ++i) {
+        credit_set_poll(&cs); /* executed; no CQE covers them */
+    }
+    assert_int_equal(cs.a.nwcs, 0);
+    assert_int_equal(cs.a.cq->devs[0].credits, 128 - 2 - (int)n_unsig);
+    for (i = 0; i < 20; ++i) {
+        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, 1000 + i, 100000 + i * 64,
+                     100000 + i * 64, 64);
+        assert_int_equal(vqp_post_send(cs.va[1], &wr), UCS_OK);
+    }
+    credit_set_wait(&cs, 20);
+    check_in_order(&cs.a, 20, 1000);
+    vqp_query_stats(cs.va[1], &stats);
+    assert_true(stats.credit_waits > 0);
+    assert_memory_equal(cs.a.buf, cs.b.buf, n_unsig * 64);
+    assert_memory_equal(cs.a.buf + 100000, cs.b.buf + 100000, 20 * 64);
+    /* The cover NOP completed the idle QP's WQEs: all credits are back. */
+    assert_int_equal(cs.a.cq->devs[0].credits, 128 - 2);
+    credit_set_destroy(&cs);
+}
+
+/* A virtual QP destroyed with CQEs written but not polled: those CQEs keep
+ * their entries until the poll passes them, then every credit is back. */
+static void test_cq_credits_destroy_unpolled(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+    unsigned i;
+    int32_t before;
+
+    credit_set_create(&cs, 1, 1024, params);
+    for (i = 0; i < 10; ++i) {
+        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i, 0, 0, 200000);
+        assert_int_equal(vqp_post_send(cs.va[0], &wr), UCS_OK);
+    }
+    /* Let both devices execute and write CQEs, without polling side a. */
+    for (i = 0; i < 2000; ++i) {
+        vqp_dev_progress(cs.a.dev);
+        vqp_cq_progress(cs.b.cq);
+    }
+    before = cs.a.cq->devs[0].credits;
+    vqp_destroy(cs.va[0]);
+    /* Everything but the unpolled CQEs came back. */
+    assert_true(cs.a.cq->devs[0].credits > before);
+    assert_true(cs.a.cq->devs[0].credits < 1024);
+    cs.va[0] = NULL;
+    vqp_destroy(cs.vb[0]);
+    cs.n = 0;
+    credit_set_destroy(&cs);
+}
+
+/* max_recvs 0: the data QPs post no receives (nothing reserved for them),
+ * the address tells the peer, whose WRITE_IMMs are refused with a clear
+ * error; plain RDMA works. */
+static void test_no_recvs(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_recv_wr_t rwr   = {0};
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    params.max_recvs = 0;
+    pair_create(&p, &params);
+    assert_int_equal(p.a.cq->devs[0].cqe_reserved, 0);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE_IMM, 1, 0, 0, 100000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_UNSUPPORTED);
+    expect_log("receives no notifications");
+    rwr.addr    = (uintptr_t)p.b.buf;
+    rwr.length  = 64;
+    rwr.lkey[0] = p.b.lkey;
+    assert_int_equal(vqp_post_recv(p.b.vqp, &rwr), UCS_ERR_UNSUPPORTED);
+    expect_log("created with max_recvs 0");
+    fill_pattern(p.a.buf, BUF_SIZE, 23);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 0, 0, 300000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 1, 0);
+    check_in_order(&p.a, 1, 2);
+    assert_memory_equal(p.a.buf, p.b.buf, 300000);
+    pair_destroy(&p);
 }
 
 /* ----------------------------------------------------- shared receives */
@@ -1843,7 +2106,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_address_two_devices,
                                         test_log_setup, test_log_teardown),
         cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_cq_capacity),
+        cmocka_unit_test_setup_teardown(test_cq_capacity, test_log_setup,
+                                        test_log_teardown),
+        cmocka_unit_test(test_cq_credits_shared),
+        cmocka_unit_test(test_cq_credits_unsignaled_holder),
+        cmocka_unit_test(test_cq_credits_destroy_unpolled),
+        cmocka_unit_test_setup_teardown(test_no_recvs, test_log_setup,
+                                        test_log_teardown),
         cmocka_unit_test(test_post_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

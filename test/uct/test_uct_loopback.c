@@ -68,7 +68,8 @@ static ucs_status_t am_cb(void *arg, void *data, size_t length, unsigned flags)
     return UCS_OK;
 }
 
-static void open_side(side_t *s)
+/* @a cq_len / @a rx_len: NULL for the defaults. */
+static void open_side_cq(side_t *s, const char *cq_len, const char *rx_len)
 {
     uct_iface_params_t params = {0};
     uct_iface_config_t *config;
@@ -76,6 +77,10 @@ static void open_side(side_t *s)
     memset(s, 0, sizeof(*s));
     CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
     CHECK_OK(uct_config_modify(config, "NUM_QPS", "4"));
+    if (cq_len != NULL) {
+        CHECK_OK(uct_config_modify(config, "CQ_LEN", cq_len));
+        CHECK_OK(uct_config_modify(config, "RX_QUEUE_LEN", rx_len));
+    }
     params.field_mask =
         UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE;
     params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
@@ -90,6 +95,11 @@ static void open_side(side_t *s)
     CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr));
     CHECK_OK(uct_iface_set_am_handler(s->iface, AM_ID, am_cb, s, 0));
     uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+}
+
+static void open_side(side_t *s)
+{
+    open_side_cq(s, NULL, NULL);
 }
 
 static void close_side(side_t *s)
@@ -174,6 +184,90 @@ static void exchange(uct_ep_h ep, side_t *dst, char *lbuf, uct_mem_h lmemh,
           ucs_status_string(comp.uc.status));
     CHECK(!memcmp(lbuf + 4096, lbuf, 4096), "%s: get data differs", what);
     printf("ok - %s\n", what);
+}
+
+#define MANY_EPS    40
+#define PUTS_PER_EP 16
+#define PUT_LEN     1024
+
+/* Many endpoints on an interface whose CQ is far smaller than what they
+ * could have in flight together (each may track hundreds of WQEs): an
+ * endpoint reserves no CQ entries for its sends, posts wait for CQ room
+ * instead, and every put completes with its data. */
+static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
+                           uct_rkey_t rkey)
+{
+    uct_ep_params_t ep_params = {0};
+    static test_comp_t comps[MANY_EPS];
+    uct_ep_h eps[MANY_EPS];
+    double deadline;
+    uct_iov_t iov = {0};
+    ucs_status_t st;
+    unsigned e, k, off;
+    side_t c;
+    int am0;
+
+    /* 1024 entries: 256 for the SRQ, 1 per QP (200) to cover it. */
+    open_side_cq(&c, "1024", "256");
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                           UCT_EP_PARAM_FIELD_DEV_ADDR |
+                           UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    ep_params.iface      = c.iface;
+    ep_params.dev_addr   = dst->dev_addr;
+    ep_params.iface_addr = dst->iface_addr;
+    for (e = 0; e < MANY_EPS; ++e) {
+        CHECK_OK(uct_ep_create(&ep_params, &eps[e]));
+    }
+    for (k = 0; k < MANY_EPS * PUTS_PER_EP * PUT_LEN; ++k) {
+        lbuf[k] = (char)(k * 13 + k / 4096);
+    }
+    memset(rbuf, 0, MANY_EPS * PUTS_PER_EP * PUT_LEN);
+    /* An AM on each first: it waits for the connection. */
+    am0      = dst->am_count;
+    deadline = now() + 20;
+    for (e = 0; e < MANY_EPS; ++e) {
+        while ((st = uct_ep_am_short(eps[e], AM_ID, e, "many", 4)) ==
+               UCS_ERR_NO_RESOURCE) {
+            CHECK(now() < deadline, "many endpoints: am_short stuck");
+            uct_worker_progress(worker);
+        }
+        CHECK_OK(st);
+    }
+    wait_int(&dst->am_count, am0 + MANY_EPS, "many endpoints: AMs");
+    /* 640 puts in flight at once, more than the CQ's 568 free entries. */
+    for (k = 0; k < PUTS_PER_EP; ++k) {
+        for (e = 0; e < MANY_EPS; ++e) {
+            off                = (e * PUTS_PER_EP + k) * PUT_LEN;
+            iov.buffer         = lbuf + off;
+            iov.length         = PUT_LEN;
+            iov.memh           = lmemh;
+            iov.count          = 1;
+            comps[e].uc.func   = comp_cb;
+            comps[e].uc.count  = (k == 0) ? PUTS_PER_EP : comps[e].uc.count;
+            comps[e].done      = (k == 0) ? 0 : comps[e].done;
+            comps[e].uc.status = UCS_OK;
+            while ((st = uct_ep_put_zcopy(
+                        eps[e], &iov, 1, (uintptr_t)rbuf + off, rkey,
+                        &comps[e].uc)) == UCS_ERR_NO_RESOURCE) {
+                CHECK(now() < deadline, "many endpoints: put stuck");
+                uct_worker_progress(worker);
+            }
+            CHECK(st == UCS_INPROGRESS, "put_zcopy: %s", ucs_status_string(st));
+        }
+    }
+    for (e = 0; e < MANY_EPS; ++e) {
+        wait_int(&comps[e].done, 1, "many endpoints: puts");
+        CHECK(comps[e].uc.status == UCS_OK, "endpoint %u: puts %s", e,
+              ucs_status_string(comps[e].uc.status));
+    }
+    CHECK(!memcmp(rbuf, lbuf, MANY_EPS * PUTS_PER_EP * PUT_LEN),
+          "many endpoints: put data differs");
+    for (e = 0; e < MANY_EPS; ++e) {
+        uct_ep_destroy(eps[e]);
+    }
+    close_side(&c);
+    printf("ok - %d endpoints on an interface with a CQ of 1024 entries\n",
+           MANY_EPS);
 }
 
 int main(void)
@@ -261,6 +355,8 @@ int main(void)
     free(addr_a);
     free(addr_b);
 
+    many_endpoints(&b, lbuf, lmemh, rbuf, rkey.rkey);
+
     uct_rkey_release(component, &rkey);
     free(rkey_buf);
     CHECK_OK(uct_md_mem_dereg(md, lmemh));
@@ -273,6 +369,6 @@ int main(void)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("4 passed, 0 failed\n");
+    printf("5 passed, 0 failed\n");
     return 0;
 }
