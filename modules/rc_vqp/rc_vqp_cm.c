@@ -29,6 +29,7 @@
 #define UCT_RC_VQP_CM_POLL     16     /* CQEs per progress call */
 #define UCT_RC_VQP_CM_MAX_QPS  4096   /* data QPs a request may ask for */
 #define UCT_RC_VQP_CM_BACKOFF  1.0    /* longest interval between REQs, s */
+#define UCT_RC_VQP_CM_KA_SKIP  1024   /* progress calls per clock read */
 
 enum {
     UCT_RC_VQP_CM_REQ  = 1, /* active -> passive: connect to my QPs */
@@ -514,6 +515,30 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface)
     }
 }
 
+/* A passive endpoint is the peer's: nobody here calls uct_ep_check on it.
+ * Probe the idle ones now and then, so one whose peer died without a DISC
+ * fails (and is released) instead of keeping its QPs until the interface
+ * closes. Busy ones fail by their own operations. */
+static void uct_rc_vqp_cm_keepalive(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    ucs_time_t now      = ucs_get_time();
+    uct_rc_vqp_cm_conn_t *conn;
+
+    if ((int64_t)(now - cm->next_keepalive) < 0) {
+        return;
+    }
+    cm->next_keepalive = now + cm->keepalive;
+    kh_foreach_value(&cm->passive, conn, {
+        if (!(conn->ep->flags &
+              (UCT_RC_VQP_EP_FAILED | UCT_RC_VQP_EP_NOT_READY)) &&
+            (vqp_ops_in_flight(conn->ep->vqp) == 0)) {
+            ++cm->stats.keepalives;
+            uct_rc_vqp_ep_check(&conn->ep->super.super, 0, NULL);
+        }
+    })
+}
+
 unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
@@ -572,12 +597,17 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
     if (ucs_unlikely(!ucs_list_is_empty(&cm->connecting))) {
         uct_rc_vqp_cm_timers(iface);
     }
+    if ((kh_size(&cm->passive) != 0) && (cm->keepalive != 0) &&
+        ((++cm->ka_iter % UCT_RC_VQP_CM_KA_SKIP) == 0)) {
+        uct_rc_vqp_cm_keepalive(iface);
+    }
     while (ucs_unlikely(!ucs_list_is_empty(&cm->doomed))) {
         conn = ucs_list_head(&cm->doomed, uct_rc_vqp_cm_conn_t, list);
         uct_rc_vqp_cm_conn_unlist(conn);
-        ucs_debug("rc_vqp cm: passive ep %p of request 0x%lx failed:"
-                  " destroyed",
-                  conn->ep, conn->id);
+        ++cm->stats.passive_expired;
+        ucs_diag("rc_vqp cm: passive ep %p of request 0x%lx: peer unreachable,"
+                 " released",
+                 conn->ep, conn->id);
         uct_ep_destroy(&conn->ep->super.super);
         ++count;
     }
@@ -704,7 +734,8 @@ ucs_status_t uct_rc_vqp_cm_unpack_iface_address(const void *buf,
     return UCS_OK;
 }
 
-ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout)
+ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
+                                double keepalive)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
     vqp_dev_ud_qp_init_t init;
@@ -725,6 +756,10 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout)
     cm->qkey           = UCT_RC_VQP_CM_QKEY;
     cm->timeout        = timeout;
     cm->retry_interval = ucs_min(0.05, timeout / 8);
+    cm->keepalive      = ((keepalive > 0) && (keepalive < 1e9))
+                             ? ucs_time_from_sec(keepalive)
+                             : 0;
+    cm->next_keepalive = ucs_get_time() + cm->keepalive;
     cm->rx_slots       = UCT_RC_VQP_CM_RX_SLOTS;
     cm->tx_slots       = UCT_RC_VQP_CM_TX_SLOTS;
 
@@ -821,11 +856,13 @@ void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface)
     kh_foreach_value(&cm->passive, conn,
                      { uct_ep_destroy(&conn->ep->super.super); });
     ucs_debug("rc_vqp cm: %lu REQs sent, %lu received (%lu again), %lu REPs"
-              " (%lu late), %lu REJs, %lu DISCs, %lu timeouts, %lu dropped",
+              " (%lu late), %lu REJs, %lu DISCs, %lu timeouts, %lu dropped,"
+              " %lu keepalive probes, %lu passive endpoints released",
               cm->stats.reqs_sent, cm->stats.reqs_received, cm->stats.dup_reqs,
               cm->stats.reps_received, cm->stats.dup_reps,
               cm->stats.rejects_received, cm->stats.discs_received,
-              cm->stats.timeouts, cm->stats.dropped);
+              cm->stats.timeouts, cm->stats.dropped, cm->stats.keepalives,
+              cm->stats.passive_expired);
     vqp_dev_qp_destroy(cm->dev_qp);
     vqp_dev_cq_destroy(cm->dev_cq);
     vqp_dev_mr_dereg(cm->mr);

@@ -60,6 +60,8 @@ typedef struct uct_rc_vqp_cm_stats {
     uint64_t rejects_received;
     uint64_t dropped; /* malformed, wrong version, no room to answer */
     uint64_t timeouts;
+    uint64_t keepalives;      /* probes of idle passive endpoints */
+    uint64_t passive_expired; /* passive endpoints whose peer was gone */
 } uct_rc_vqp_cm_stats_t;
 
 typedef struct uct_rc_vqp_cm {
@@ -81,6 +83,11 @@ typedef struct uct_rc_vqp_cm {
     uint64_t tx_done;
     double retry_interval; /* first REQ resend, doubling up to 1 s */
     double timeout;        /* connect attempt limit, seconds */
+    /* Idle passive endpoints are probed every keepalive (0: never); the
+     * clock is read once every UCT_RC_VQP_CM_KA_SKIP progress calls. */
+    ucs_time_t keepalive;
+    ucs_time_t next_keepalive;
+    unsigned ka_iter;
     /* Set while a passive endpoint is being created: its virtual QP takes
      * the QP count and scheme of the request instead of the config. */
     const vqp_params_t *passive_params;
@@ -98,7 +105,8 @@ typedef struct uct_rc_vqp_iface_addr {
     uint32_t qpn_ver; /* little endian: qpn | version << 24 */
 } UCS_S_PACKED uct_rc_vqp_iface_addr_t;
 
-ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout);
+ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
+                                double keepalive);
 void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface);
 unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface);
 void uct_rc_vqp_cm_get_iface_address(uct_rc_vqp_iface_t *iface,

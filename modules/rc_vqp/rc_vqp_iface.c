@@ -116,6 +116,15 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      ucs_offsetof(uct_rc_vqp_iface_config_t, connect_timeout),
      UCS_CONFIG_TYPE_TIME},
 
+    {"KEEPALIVE_INTERVAL", "20s",
+     "How often an interface checks, while idle, that the peers of the\n"
+     "endpoints it created for their connections (to its interface address)\n"
+     "are still there; one whose peer is gone is released. The user's own\n"
+     "endpoints are checked by uct_ep_check (UCP's keepalive). 0 or inf:\n"
+     "never.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, keepalive_interval),
+     UCS_CONFIG_TYPE_TIME},
+
     {NULL}};
 
 /* IB ack timeout encoding: 4.096 us * 2^t, t in 1..31 (0 means infinite). */
@@ -644,7 +653,8 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
         }
     }
 
-    status = uct_rc_vqp_cm_init(self, config->connect_timeout);
+    status = uct_rc_vqp_cm_init(self, config->connect_timeout,
+                                config->keepalive_interval);
     if (status != UCS_OK) {
         goto err_srq;
     }

@@ -16,21 +16,22 @@ typedef enum uct_rc_vqp_lb {
 
 typedef struct uct_rc_vqp_iface_config {
     uct_iface_config_t super;
-    unsigned num_qps;         /* physical data QPs per endpoint */
-    int lb;                   /* uct_rc_vqp_lb_t */
-    size_t frag_size;         /* striping fragment size */
-    size_t stripe_threshold;  /* smaller ops use one QP */
-    unsigned max_outstanding; /* fragments in flight per QP */
-    unsigned tx_queue_len;    /* operations in flight per endpoint */
-    unsigned rx_queue_len;    /* AM receive buffers of the interface (SRQ) */
-    unsigned fc_wnd_size;     /* AMs in flight per endpoint (credits) */
-    size_t seg_size;          /* bcopy / AM buffer size */
-    unsigned cq_len;          /* CQEs of the interface's CQ */
-    size_t max_inline;        /* inline bytes asked of the QPs */
-    double timeout;           /* ack timeout before a retry, seconds */
-    unsigned retry_count;     /* retries before a transport error */
-    double rnr_timeout;       /* wait before resending to a full RQ */
-    double connect_timeout;   /* connection manager's give-up time */
+    unsigned num_qps;          /* physical data QPs per endpoint */
+    int lb;                    /* uct_rc_vqp_lb_t */
+    size_t frag_size;          /* striping fragment size */
+    size_t stripe_threshold;   /* smaller ops use one QP */
+    unsigned max_outstanding;  /* fragments in flight per QP */
+    unsigned tx_queue_len;     /* operations in flight per endpoint */
+    unsigned rx_queue_len;     /* AM receive buffers of the interface (SRQ) */
+    unsigned fc_wnd_size;      /* AMs in flight per endpoint (credits) */
+    size_t seg_size;           /* bcopy / AM buffer size */
+    unsigned cq_len;           /* CQEs of the interface's CQ */
+    size_t max_inline;         /* inline bytes asked of the QPs */
+    double timeout;            /* ack timeout before a retry, seconds */
+    unsigned retry_count;      /* retries before a transport error */
+    double rnr_timeout;        /* wait before resending to a full RQ */
+    double connect_timeout;    /* connection manager's give-up time */
+    double keepalive_interval; /* probe of idle passive endpoints */
 } uct_rc_vqp_iface_config_t;
 
 extern ucs_config_field_t uct_rc_vqp_iface_config_table[];

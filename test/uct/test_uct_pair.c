@@ -16,12 +16,15 @@
 #endif
 #include "uct_pair.h"
 
+#include <ucs/config/global_opts.h>
+#include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -1647,6 +1650,44 @@ static void run_kill_busy(pair_t *p, const scenario_t *sc)
     after_failure_checks(p, t0, "killed peer with traffic");
 }
 
+/* Diagnostics of the connection manager releasing a passive endpoint. */
+static int released_passive;
+
+static ucs_log_func_rc_t released_log(const char *file, unsigned line,
+                                      const char *function,
+                                      ucs_log_level_t level,
+                                      const ucs_log_component_config_t *comp,
+                                      const char *message, va_list ap)
+{
+    char text[256];
+
+    vsnprintf(text, sizeof(text), message, ap);
+    if (strstr(text, "peer unreachable, released") != NULL) {
+        ++released_passive;
+    }
+    /* Diagnostics were raised for this line only: keep the rest quiet. */
+    return (level == UCS_LOG_LEVEL_DIAG) ? UCS_LOG_FUNC_RC_STOP
+                                         : UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+/* The peer's connection to our interface address left a passive endpoint
+ * here that nobody calls uct_ep_check on: the interface's keepalive must
+ * find the peer gone and release it (once). */
+static void wait_passive_released(pair_t *p, double t0)
+{
+    double deadline = pair_now() + PAIR_WAIT_SEC;
+
+    while ((released_passive == 0) && (pair_now() < deadline)) {
+        pair_progress(p);
+    }
+    CHECK(released_passive == 1,
+          "passive endpoint of the dead peer released %d times in %.0f s",
+          released_passive, PAIR_WAIT_SEC);
+    printf("  passive endpoint of the killed peer released after %.3f s\n",
+           pair_now() - t0);
+    ucs_log_pop_handler();
+}
+
 static void run_kill_idle(pair_t *p, const scenario_t *sc)
 {
     const char *env = getenv("UCT_PAIR_DEAD_PEER_SEC");
@@ -1661,6 +1702,10 @@ static void run_kill_idle(pair_t *p, const scenario_t *sc)
         CHECK(0, "the target was not killed");
     }
     pair_recv(p, MSG_READY, 1, &msg);
+    if (sc->cfg.keepalive != NULL) {
+        ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DIAG;
+        ucs_log_push_handler(released_log);
+    }
     t0 = pair_now();
     wait_peer_gone(p);
     if (getenv("UCT_PAIR_IDLE_PROBE_PUT") != NULL) {
@@ -1689,6 +1734,9 @@ static void run_kill_idle(pair_t *p, const scenario_t *sc)
           "uct_ep_check after failure: %s", ucs_status_string(st));
     pair_progress(p);
     CHECK(p->err_calls == 1, "error handler ran %d times", p->err_calls);
+    if (sc->cfg.keepalive != NULL) {
+        wait_passive_released(p, t0);
+    }
 }
 
 /* ---------------------------------------------- connection manager */
@@ -2363,9 +2411,16 @@ static const scenario_t ci_scenarios[] = {
     {.name = "killed peer with traffic qps=4 via interface address",
      .kind = SC_KILL_BUSY,
      .cfg  = CFGI(4, "dqplb", 0)},
-    {.name = "killed idle peer qps=4 via interface address",
+    {.name = "killed idle peer qps=4 via interface address, keepalive 0.3 s",
      .kind = SC_KILL_IDLE,
-     .cfg  = CFGI(4, "dqplb", 0)},
+     .cfg  = {.num_qps       = 4,
+              .lb            = "dqplb",
+              .frag_size     = "256k",
+              .stripe_thresh = "64k",
+              .buf_size      = CI_BUF,
+              .rx_headroom   = HEADROOM,
+              .to_iface      = 1,
+              .keepalive     = "0.3s"}},
     MATRIX("matrix qps=1 dqplb", 1, "dqplb", "1m", "64k", CI_BUF, ci_sizes),
     MATRIX("matrix qps=1 spray", 1, "spray", "1m", "64k", CI_BUF, ci_sizes),
     MATRIX("matrix qps=4 dqplb frag=256k", 4, "dqplb", "256k", "64k", CI_BUF,

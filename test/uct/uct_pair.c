@@ -345,6 +345,7 @@ void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock)
     pair_modify(config, "STRIPE_THRESH", cfg->stripe_thresh);
     pair_modify(config, "TX_QUEUE_LEN", cfg->tx_queue_len);
     pair_modify(config, "CONNECT_TIMEOUT", cfg->connect_timeout);
+    pair_modify(config, "KEEPALIVE_INTERVAL", cfg->keepalive);
 
     params.field_mask =
         UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |

@@ -57,6 +57,7 @@ typedef struct pair_config {
     int to_iface;
     unsigned target_num_qps;     /* 0: num_qps; else the target's own count */
     const char *connect_timeout; /* NULL = default */
+    const char *keepalive;       /* KEEPALIVE_INTERVAL, NULL = default */
 } pair_config_t;
 
 /* A completion that records how often and when it ran. */
