@@ -2365,10 +2365,6 @@ static const size_t full_sizes[]  = {1,
     }
 
 static const scenario_t ci_scenarios[] = {
-    MATRIX("tmpdbg qps=4 dqplb frag=256k", 4, "dqplb", "256k", "64k", CI_BUF,
-           ci_sizes_64),
-    MATRIX("tmpdbg qps=1 dqplb frag=256k", 1, "dqplb", "256k", "64k", CI_BUF,
-           ci_sizes_64),
     {.name  = "matrix qps=4 dqplb via interface address",
      .kind  = SC_MATRIX,
      .cfg   = CFGI(4, "dqplb", 0),
