@@ -605,9 +605,9 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
     }
     /* Small payloads only: no syscall would notice a dead target, ask.
      * Any failure: the ordinary path redoes the first WQE and reports it. */
-    if ((n > 0) &&
-        (((nl == 0) && !vqp_sw_peer_alive(qp->peer, qp->dev->pid)) ||
-         (vqp_sw_xfer(qp->peer->pid, true, liov, nl, riov, nr) != 0))) {
+    if ((n > 0) && ((nl == 0) ? !vqp_sw_peer_alive(qp->peer, qp->dev->pid)
+                              : (vqp_sw_xfer(qp->peer->pid, true, liov, nl,
+                                             riov, nr) != 0))) {
         n = 0;
     }
     for (i = 0; i < n; ++i) {
