@@ -58,8 +58,11 @@ typedef struct vqp_frag {
     uint64_t offset; /* within the operation */
     uint32_t op;     /* operation ring counter */
     uint32_t len;
-    uint32_t seq;      /* DQPLB sequence number (DATA / FINAL) */
-    uint16_t wqe;      /* index of the WQE's first BB */
+    uint32_t seq; /* DQPLB sequence number (DATA / FINAL) */
+    uint16_t wqe; /* index of the WQE's first BB */
+    /* The SQ's producer index after it: its consumer index once the WQE
+     * completed (no read of the WQE's size back from the SQ). */
+    uint16_t wqe_next;
     uint8_t kind;      /* vqp_frag_kind_t */
     uint8_t seq_valid; /* carries a DQPLB sequence number */
 } vqp_frag_t;

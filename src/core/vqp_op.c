@@ -158,6 +158,7 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
                          .len       = len,
                          .seq       = seq,
                          .wqe       = (uint16_t)wqe,
+                         .wqe_next  = pqp->tx.pi,
                          .kind      = kind,
                          .seq_valid = (uint8_t)seq_valid};
     ++vqp->stats.frags_posted;
@@ -328,11 +329,12 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
     }
     /* Tracked as a NOP of no operation so its CQE is accounted. */
     --pqp->cdev->credits;
-    frag       = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
-    *frag      = *f;
-    frag->op   = UINT32_MAX;
-    frag->wqe  = (uint16_t)ret;
-    frag->kind = VQP_FRAG_NOP;
+    frag           = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    *frag          = *f;
+    frag->op       = UINT32_MAX;
+    frag->wqe      = (uint16_t)ret;
+    frag->wqe_next = pqp->tx.pi;
+    frag->kind     = VQP_FRAG_NOP;
 }
 
 static UCS_F_ALWAYS_INLINE void vqp_seq_acked(vqp_t *vqp, uint32_t seq)
@@ -484,6 +486,7 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
     frag->kind      = VQP_FRAG_NOP;
     frag->seq_valid = 0;
     frag->wqe       = (uint16_t)ret;
+    frag->wqe_next  = pqp->tx.pi;
     return 1;
 }
 
@@ -914,14 +917,15 @@ static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
 }
 
 /* Every WQE of @a pqp up to the one at @a wqe_counter succeeded: the common
- * case of vqp_tx_cqe and vqp_frag_done without their error handling. */
-static UCS_F_ALWAYS_INLINE void vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
-                                              uint16_t wqe_counter)
+ * case of vqp_tx_cqe and vqp_frag_done without their error handling.
+ * Returns the WQEs it completed: their CQ credits, which the caller gives
+ * back once per batch. */
+static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
+                                                  uint16_t wqe_counter)
 {
-    uint32_t head = pqp->frag_head;
+    uint32_t head = pqp->frag_head, done;
     vqp_frag_t *f;
 
-    vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
     while (head != pqp->frag_tail) {
         f = &pqp->frags[head++ & pqp->frag_mask];
         if (ucs_likely(f->op != UINT32_MAX)) {
@@ -931,27 +935,33 @@ static UCS_F_ALWAYS_INLINE void vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
             --VQP_OP(vqp, f->op)->remaining;
         }
         if (f->wqe == wqe_counter) {
-            pqp->cdev->credits += (int32_t)(head - pqp->frag_head);
+            pqp->tx.ci     = f->wqe_next;
+            done           = head - pqp->frag_head;
             pqp->frag_head = head;
-            return;
+            return done;
         }
     }
-    pqp->cdev->credits += (int32_t)(head - pqp->frag_head);
+    vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
+    done           = head - pqp->frag_head;
     pqp->frag_head = head;
     ucs_error("vqp %p: QP 0x%x: CQE for WQE %u that was not posted", vqp,
               pqp->qpn, wqe_counter);
+    return done;
 }
 
-static UCS_F_ALWAYS_INLINE void vqp_handle_cqe(vqp_pqp_t *pqp,
-                                               struct mlx5_cqe64 *cqe)
+/* Returns the CQ credits of a successful requester CQE (see vqp_tx_cqe_ok);
+ * the other kinds give theirs back themselves. */
+static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
+                                                   struct mlx5_cqe64 *cqe)
 {
     vqp_t *vqp     = pqp->vqp;
     uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
+    uint32_t done  = 0;
     ucs_status_t status;
 
     if (ucs_likely((opcode == MLX5_CQE_REQ) &&
                    (vqp_mlx5_cqe_status(cqe) == UCS_OK))) {
-        vqp_tx_cqe_ok(vqp, pqp, vqp_mlx5_cqe_wqe_counter(cqe));
+        done = vqp_tx_cqe_ok(vqp, pqp, vqp_mlx5_cqe_wqe_counter(cqe));
     } else {
         /* The CQE's own kind (requester / responder, error or not) is
          * defined even on errors; the work request's opcode is not, and is
@@ -967,10 +977,12 @@ static UCS_F_ALWAYS_INLINE void vqp_handle_cqe(vqp_pqp_t *pqp,
         vqp->dirty                           = 1;
         vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
     }
+    return done;
 }
 
 unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
 {
+    uint32_t credits = 0;
     struct mlx5_cqe64 *cqe;
     vqp_pqp_t **chunk;
     vqp_pqp_t *pqp;
@@ -995,10 +1007,11 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
             cdev->credits += (qpn == 0);
             continue;
         }
-        vqp_handle_cqe(pqp, cqe);
+        credits += vqp_handle_cqe(pqp, cqe);
     }
     if (count != 0) {
         vqp_mlx5_cq_update_ci(&cdev->cq);
+        cdev->credits += (int32_t)credits; /* before anyone posts again */
     }
     /* Dispatch and reporting once per virtual QP per batch. */
     while (cq->num_dirty > 0) {
