@@ -1954,6 +1954,8 @@ typedef struct ev_stats {
     unsigned arms, busy, sleeps, wakeups;
 } ev_stats_t;
 
+#define EV_PAUSE_US 200000
+
 static int ev_am_count;
 static int ev_am_bad;
 
@@ -2153,13 +2155,18 @@ static void run_events(pair_t *p, const scenario_t *sc)
     }
     step += 2;
 
-    /* One more AM each way after the RMA, both sides sleeping. */
+    /* One more AM each way after the RMA, both sides sleeping: each sends
+     * only after a pause, so that the other is asleep by then however
+     * slowly it runs (a loaded machine may otherwise always find the next
+     * message there before it arms). */
     target_am = ev_am_count + 1;
     if (p->is_initiator) {
+        usleep(EV_PAUSE_US);
         ev_am_send(p, ev_am_count);
         ev_sleep_until(p, fd, &ev_am_count, target_am, &st, "last AM reply");
     } else {
         ev_sleep_until(p, fd, &ev_am_count, target_am, &st, "last AM");
+        usleep(EV_PAUSE_US);
         ev_am_send(p, ev_am_count - 1);
     }
     CHECK(!ev_am_bad, "an AM arrived with a wrong header or sequence");
