@@ -14,9 +14,9 @@
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
 #include <ucs/sys/sys.h>
-#include <ucs/time/time.h>
 #include <endian.h>
 #include <string.h>
+#include <time.h>
 
 #define UCT_RC_VQP_CM_MAGIC    0x76 /* 'v' */
 #define UCT_RC_VQP_CM_VERSION  1
@@ -486,10 +486,28 @@ drop:
 
 /* ------------------------------------------------------------ progress */
 
+/* The manager's clock, in ns. Not ucs_get_time(): UCS converts TSC ticks
+ * with a frequency it may have measured over 1 ms at start-up (when the CPU
+ * model name carries none, as on many VMs), and a process preempted then
+ * keeps a clock that is off by tens of percent: timeouts the user set would
+ * expire that much early or late. The manager reads the time rarely. */
+static uint64_t uct_rc_vqp_cm_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t uct_rc_vqp_cm_ns(double sec)
+{
+    return (uint64_t)(sec * 1e9);
+}
+
 static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
-    ucs_time_t now      = ucs_get_time();
+    uint64_t now        = uct_rc_vqp_cm_now();
     uct_rc_vqp_cm_conn_t *conn, *tmp;
     double interval;
 
@@ -510,7 +528,7 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface)
                 ucs_min(cm->retry_interval *
                             (double)(1ul << ucs_min(conn->attempts, 20u)),
                         UCT_RC_VQP_CM_BACKOFF);
-            conn->next_send = now + ucs_time_from_sec(interval);
+            conn->next_send = now + uct_rc_vqp_cm_ns(interval);
         }
     }
 }
@@ -522,7 +540,7 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface)
 static void uct_rc_vqp_cm_keepalive(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
-    ucs_time_t now      = ucs_get_time();
+    uint64_t now        = uct_rc_vqp_cm_now();
     uct_rc_vqp_cm_conn_t *conn;
 
     if ((int64_t)(now - cm->next_keepalive) < 0) {
@@ -624,7 +642,7 @@ ucs_status_t uct_rc_vqp_cm_connect(uct_rc_vqp_ep_t *ep,
     uct_rc_vqp_cm_t *cm = &iface->cm;
     uct_rc_vqp_cm_conn_t *conn;
     ucs_status_t status;
-    ucs_time_t now;
+    uint64_t now;
 
     conn = ucs_calloc(1, sizeof(*conn), "rc_vqp_cm_conn");
     if (conn == NULL) {
@@ -656,9 +674,9 @@ ucs_status_t uct_rc_vqp_cm_connect(uct_rc_vqp_ep_t *ep,
         ep->conn = NULL;
         goto err_free;
     }
-    now             = ucs_get_time();
-    conn->next_send = now + ucs_time_from_sec(cm->retry_interval);
-    conn->deadline  = now + ucs_time_from_sec(cm->timeout);
+    now             = uct_rc_vqp_cm_now();
+    conn->next_send = now + uct_rc_vqp_cm_ns(cm->retry_interval);
+    conn->deadline  = now + uct_rc_vqp_cm_ns(cm->timeout);
     ucs_list_add_tail(&cm->connecting, &conn->list);
     conn->listed = 1;
     ucs_debug("rc_vqp cm: ep %p connecting to qpn 0x%x, request 0x%lx", ep, qpn,
@@ -757,9 +775,9 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
     cm->timeout        = timeout;
     cm->retry_interval = ucs_min(0.05, timeout / 8);
     cm->keepalive      = ((keepalive > 0) && (keepalive < 1e9))
-                             ? ucs_time_from_sec(keepalive)
+                             ? uct_rc_vqp_cm_ns(keepalive)
                              : 0;
-    cm->next_keepalive = ucs_get_time() + cm->keepalive;
+    cm->next_keepalive = uct_rc_vqp_cm_now() + cm->keepalive;
     cm->rx_slots       = UCT_RC_VQP_CM_RX_SLOTS;
     cm->tx_slots       = UCT_RC_VQP_CM_TX_SLOTS;
 

@@ -21,7 +21,6 @@
 #include <mlx5/vqp_mlx5.h>
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/list.h>
-#include <ucs/time/time_def.h>
 
 typedef struct uct_rc_vqp_iface uct_rc_vqp_iface_t;
 typedef struct uct_rc_vqp_ep uct_rc_vqp_ep_t;
@@ -42,8 +41,8 @@ typedef struct uct_rc_vqp_cm_conn {
     uint64_t id;                /* chosen by the active side, random */
     int passive;
     unsigned attempts;    /* REQs sent (active) */
-    ucs_time_t next_send; /* next REQ (active, connecting) */
-    ucs_time_t deadline;  /* give up (active, connecting) */
+    uint64_t next_send;   /* next REQ, ns (active, connecting) */
+    uint64_t deadline;    /* give up, ns (active, connecting) */
     ucs_list_link_t list; /* cm.connecting or cm.doomed */
     int listed;
 } uct_rc_vqp_cm_conn_t;
@@ -83,10 +82,10 @@ typedef struct uct_rc_vqp_cm {
     uint64_t tx_done;
     double retry_interval; /* first REQ resend, doubling up to 1 s */
     double timeout;        /* connect attempt limit, seconds */
-    /* Idle passive endpoints are probed every keepalive (0: never); the
+    /* Idle passive endpoints are probed every keepalive ns (0: never); the
      * clock is read once every UCT_RC_VQP_CM_KA_SKIP progress calls. */
-    ucs_time_t keepalive;
-    ucs_time_t next_keepalive;
+    uint64_t keepalive;
+    uint64_t next_keepalive;
     unsigned ka_iter;
     /* Set while a passive endpoint is being created: its virtual QP takes
      * the QP count and scheme of the request instead of the config. */
