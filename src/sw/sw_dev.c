@@ -383,17 +383,18 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
     all               = (gen != dev->err_gen_seen);
     dev->err_gen_seen = gen;
     for (i = 0; i < dev->n_qps; ++i) {
-        qp = dev->qp_list[i];
         /* Idle QP (doorbell unchanged since it had nothing left, not
          * flushing): skip the call; this loop runs on every poll. */
-        db = __atomic_load_n(&qp->dbrec[MLX5_SND_DBR], __ATOMIC_RELAXED);
-        if ((db == qp->sq_db_idle) && !qp->in_err && !all) {
+        if ((__atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED) ==
+             dev->scan[i].idle) &&
+            !all) {
             continue;
         }
+        qp = dev->qp_list[i];
         events += vqp_sw_req_progress(qp);
-        db = __atomic_load_n(&qp->dbrec[MLX5_SND_DBR], __ATOMIC_RELAXED);
+        db = __atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED);
         if ((uint16_t)be32toh(db) == qp->sq_ci) {
-            qp->sq_db_idle = db;
+            dev->scan[i].idle = db | (dev->scan[i].idle & VQP_SW_SCAN_ERR);
         }
     }
     /* Inbound records last: a responder CQE is written right before the

@@ -57,6 +57,7 @@
 #define VQP_SW_SMALL_TRACK 8u /* unplaced small SENDs tracked per QP */
 /* Puts a mutex's robust-list links at the start of a cache line. */
 #define VQP_SW_LIFE_PAD (64 - offsetof(pthread_mutex_t, __data.__list))
+#define VQP_SW_SCAN_ERR (1ull << 32)
 /* UD QP types in vqp_sw_shm_qp_t.type. */
 #define VQP_SW_QPT_RC 0u
 #define VQP_SW_QPT_UD 1u
@@ -280,12 +281,7 @@ struct vqp_sw_qp {
     uint32_t sq_wqe_cnt;
     uint16_t sq_ci;
     uint16_t rq_flush_ci; /* RQ WQEs flushed so far in ERROR */
-    /* The poll skips the QP while its SQ doorbell record holds sq_db_idle
-     * (the raw value last seen with nothing left to execute) and it is
-     * not in ERROR (in_err mirrors shm->state == ERR): one private line
-     * and the dense doorbell array per idle QP. */
-    uint32_t sq_db_idle;
-    bool in_err;
+    unsigned list_pos;    /* index in dev->qp_list and dev->scan */
     vqp_sw_cq_t *send_cq;
     vqp_sw_cq_t *recv_cq;
     vqp_sw_srq_t *srq;
@@ -334,6 +330,14 @@ struct vqp_sw_dev {
     vqp_sw_dev_attr_t attr;
     vqp_sw_qp_t *qps[VQP_SW_MAX_QP];
     vqp_sw_qp_t *qp_list[VQP_SW_MAX_QP]; /* dense, for progress */
+    /* The poll's view of qp_list[i]: it skips the QP while its SQ doorbell
+     * record holds idle (the raw value last seen with nothing left to
+     * execute); VQP_SW_SCAN_ERR in idle (QP in ERROR, flushing) never
+     * matches. Dense, so an idle QP costs two loads. */
+    struct {
+        const uint32_t *db;
+        uint64_t idle;
+    } scan[VQP_SW_MAX_QP];
     unsigned n_qps;
     vqp_sw_cq_t *cqs[VQP_SW_MAX_CQ];
     vqp_sw_srq_t *srqs[VQP_SW_MAX_SRQ];

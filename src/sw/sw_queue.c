@@ -325,6 +325,9 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
         ++qp->srq->refs;
     }
     dev->qps[i]                = qp;
+    qp->list_pos               = dev->n_qps;
+    dev->scan[dev->n_qps].db   = &qp->dbrec[MLX5_SND_DBR];
+    dev->scan[dev->n_qps].idle = 0;
     dev->qp_list[dev->n_qps++] = qp;
     memset(dv, 0, sizeof(*dv));
     dv->dbrec      = (__be32 *)qp->dbrec;
@@ -384,13 +387,11 @@ ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
     qp->shm->state = IBV_QPS_RESET;
     qp->shm->qpn   = 0;
     vqp_sw_unlock(dev->shm);
-    for (i = 0; i < dev->n_qps; ++i) {
-        if (dev->qp_list[i] == qp) {
-            dev->qp_list[i] = dev->qp_list[--dev->n_qps];
-            break;
-        }
-    }
-    dev->qps[qp->index] = NULL;
+    i                         = qp->list_pos;
+    dev->qp_list[i]           = dev->qp_list[--dev->n_qps];
+    dev->scan[i]              = dev->scan[dev->n_qps];
+    dev->qp_list[i]->list_pos = i;
+    dev->qps[qp->index]       = NULL;
     vqp_sw_peer_put(dev, qp->peer);
     vqp_sw_arena_free(dev, (uint64_t)(qp->sq_buf - (uint8_t *)dev->shm),
                       qp->sq_pages);
@@ -422,7 +423,9 @@ static void vqp_sw_qp_set_state(vqp_sw_qp_t *qp, enum ibv_qp_state state)
     }
     __atomic_store_n(&qp->shm->state, state, __ATOMIC_RELEASE);
     vqp_sw_unlock(qp->dev->shm);
-    qp->in_err = (state == IBV_QPS_ERR);
+    if (state == IBV_QPS_ERR) {
+        qp->dev->scan[qp->list_pos].idle |= VQP_SW_SCAN_ERR;
+    }
 }
 
 void vqp_sw_qp_set_sqe(vqp_sw_qp_t *qp)
@@ -455,12 +458,12 @@ static void vqp_sw_qp_reset(vqp_sw_qp_t *qp)
     qp->dbrec[1]    = 0;
     qp->sq_ci       = 0;
     qp->rq_flush_ci = 0;
-    qp->sq_db_idle  = 0;
-    qp->in_err      = false;
     qp->n_small     = 0;
     qp->stall       = VQP_SW_STALL_NONE;
     qp->stall_count = 0;
     qp->delayed_wqe = UINT32_MAX;
+    /* Idle again at doorbell 0, not flushing. */
+    qp->dev->scan[qp->list_pos].idle = 0;
     vqp_sw_peer_put(qp->dev, qp->peer);
     qp->peer = NULL;
 }

@@ -651,6 +651,63 @@ static void test_error_reset_reuse(void **state)
     assert_int_equal(f->buf[1][0], 0x11);
 }
 
+/* Destroying the first of three QPs of a device moves the last one into
+ * its place in the engine's QP list: both survivors still execute posted
+ * WQEs, and the moved one, put in ERROR, flushes a receive posted after
+ * that (its doorbell record did not change: the engine must visit it for
+ * its state). */
+static void test_destroy_first_of_three(void **state)
+{
+    sw_test_qp_t qa[2], qb[2];
+    struct mlx5_cqe64 cqe;
+    vqp_sw_qp_attr_t attr;
+    fx_t *f = *state;
+    uint16_t idx;
+    int i;
+
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(sw_test_qp_create(f->devs[0], &f->scq[0], &f->rcq[0],
+                                           NULL, 64, 16, 128, &qa[i]),
+                         UCS_OK);
+        assert_int_equal(sw_test_qp_create(f->devs[1], &f->scq[1], &f->rcq[1],
+                                           NULL, 64, 16, 128, &qb[i]),
+                         UCS_OK);
+        assert_int_equal(sw_test_qp_connect(&qa[i], &f->addr[1], qb[i].qpn,
+                                            SW_TEST_ACCESS_ALL, 7, 3),
+                         UCS_OK);
+        assert_int_equal(sw_test_qp_connect(&qb[i], &f->addr[0], qa[i].qpn,
+                                            SW_TEST_ACCESS_ALL, 7, 3),
+                         UCS_OK);
+    }
+    assert_int_equal(vqp_sw_qp_destroy(f->qp[0].qp), UCS_OK);
+    f->qp[0].qp = NULL;
+    for (i = 1; i >= 0; --i) {
+        memset(f->buf[0], 0x20 + i, 64);
+        sw_test_ctrl(&qa[i], MLX5_OPCODE_RDMA_WRITE, 3, CU, 0);
+        sw_test_raddr(&qa[i], 1, (uintptr_t)f->buf[1] + 64 * i, f->rkey[1]);
+        sw_test_dseg(&qa[i], 2, f->buf[0], 64, f->lkey[0]);
+        idx = sw_test_ring(&qa[i], 3);
+        assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(sw_test_cqe_qpn(&cqe), qa[i].qpn);
+        assert_int_equal(be16toh(cqe.wqe_counter), idx);
+        assert_int_equal(f->buf[1][64 * i], 0x20 + i);
+    }
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_ERR;
+    assert_int_equal(vqp_sw_qp_modify(qa[1].qp, &attr), UCS_OK);
+    assert_true(fx_cq_empty(f, 0, 1));
+    sw_test_post_recv(&qa[1], f->buf[0], 64, f->lkey[0]);
+    assert_int_equal(fx_poll(f, 0, 1, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe), MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    assert_int_equal(sw_test_cqe_qpn(&cqe), qa[1].qpn);
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(vqp_sw_qp_destroy(qa[i].qp), UCS_OK);
+        assert_int_equal(vqp_sw_qp_destroy(qb[i].qp), UCS_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -670,6 +727,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sq_wraparound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_srq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_reset_reuse, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_first_of_three, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
