@@ -357,11 +357,34 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr)
     addr->instance = dev->instance;
 }
 
+/* The poll's visit of qp_list[i]: runs its requester unless it is idle
+ * (doorbell unchanged since it had nothing left, not flushing) and @a all
+ * is false; this runs for every QP on every poll. */
+static inline unsigned vqp_sw_scan_qp(vqp_sw_dev_t *dev, unsigned i, bool all)
+{
+    vqp_sw_qp_t *qp;
+    unsigned events;
+    uint32_t db;
+
+    if ((__atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED) ==
+         dev->scan[i].idle) &&
+        !all) {
+        return 0;
+    }
+    qp             = dev->qp_list[i];
+    dev->scan_hint = i;
+    events         = vqp_sw_req_progress(qp);
+    db             = __atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED);
+    if ((uint16_t)be32toh(db) == qp->sq_ci) {
+        dev->scan[i].idle = db | (dev->scan[i].idle & VQP_SW_SCAN_ERR);
+    }
+    return events;
+}
+
 unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
 {
-    unsigned i, events = 0;
-    vqp_sw_qp_t *qp;
-    uint32_t gen, db;
+    unsigned i, first, events = 0;
+    uint32_t gen;
     uint64_t now;
     bool all;
 
@@ -382,20 +405,14 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
     gen               = __atomic_load_n(&dev->shm->err_gen, __ATOMIC_ACQUIRE);
     all               = (gen != dev->err_gen_seen);
     dev->err_gen_seen = gen;
-    for (i = 0; i < dev->n_qps; ++i) {
-        /* Idle QP (doorbell unchanged since it had nothing left, not
-         * flushing): skip the call; this loop runs on every poll. */
-        if ((__atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED) ==
-             dev->scan[i].idle) &&
-            !all) {
-            continue;
-        }
-        qp = dev->qp_list[i];
-        events += vqp_sw_req_progress(qp);
-        db = __atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED);
-        if ((uint16_t)be32toh(db) == qp->sq_ci) {
-            dev->scan[i].idle = db | (dev->scan[i].idle & VQP_SW_SCAN_ERR);
-        }
+    /* From the QP that last had work: software that just posted on it
+     * gets its WQE executed before the walk over the idle ones. */
+    first = (dev->scan_hint < dev->n_qps) ? dev->scan_hint : 0;
+    for (i = first; i < dev->n_qps; ++i) {
+        events += vqp_sw_scan_qp(dev, i, all);
+    }
+    for (i = 0; i < first; ++i) {
+        events += vqp_sw_scan_qp(dev, i, all);
     }
     /* Inbound records last: a responder CQE is written right before the
      * caller polls its CQ, not before a walk over the QPs. */

@@ -339,6 +339,7 @@ struct vqp_sw_dev {
         uint64_t idle;
     } scan[VQP_SW_MAX_QP];
     unsigned n_qps;
+    unsigned scan_hint; /* list index of the QP that last had work */
     vqp_sw_cq_t *cqs[VQP_SW_MAX_CQ];
     vqp_sw_srq_t *srqs[VQP_SW_MAX_SRQ];
     vqp_sw_mr_t *mrs[VQP_SW_MAX_MR];

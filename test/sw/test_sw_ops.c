@@ -708,6 +708,55 @@ static void test_destroy_first_of_three(void **state)
     }
 }
 
+/* One progress call executes the posted WQEs of every QP, whichever QP
+ * had work last (the engine starts its walk there and wraps around). */
+static void test_progress_visits_all(void **state)
+{
+    sw_test_qp_t qa[2], qb[2], *q[3];
+    struct mlx5_cqe64 *cqe;
+    fx_t *f    = *state;
+    unsigned n = 0;
+    int i, round;
+
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(sw_test_qp_create(f->devs[0], &f->scq[0], &f->rcq[0],
+                                           NULL, 64, 16, 128, &qa[i]),
+                         UCS_OK);
+        assert_int_equal(sw_test_qp_create(f->devs[1], &f->scq[1], &f->rcq[1],
+                                           NULL, 64, 16, 128, &qb[i]),
+                         UCS_OK);
+        assert_int_equal(sw_test_qp_connect(&qa[i], &f->addr[1], qb[i].qpn,
+                                            SW_TEST_ACCESS_ALL, 7, 3),
+                         UCS_OK);
+        assert_int_equal(sw_test_qp_connect(&qb[i], &f->addr[0], qa[i].qpn,
+                                            SW_TEST_ACCESS_ALL, 7, 3),
+                         UCS_OK);
+    }
+    q[0] = &f->qp[0];
+    q[1] = &qa[0];
+    q[2] = &qa[1];
+    for (round = 0; round < 3; ++round) {
+        /* QP @a round alone first: it is where the next walk starts. */
+        sw_test_ctrl(q[round], MLX5_OPCODE_NOP, 1, CU, 0);
+        sw_test_ring(q[round], 1);
+        vqp_sw_progress(f->devs[0]);
+        for (i = 0; i < 3; ++i) {
+            sw_test_ctrl(q[i], MLX5_OPCODE_NOP, 1, CU, 0);
+            sw_test_ring(q[i], 1);
+        }
+        vqp_sw_progress(f->devs[0]);
+        for (n = 0; (cqe = sw_test_cq_peek(&f->scq[0])) != NULL; ++n) {
+            assert_int_equal(sw_test_cqe_opcode(cqe), MLX5_CQE_REQ);
+            sw_test_cq_pop(&f->scq[0]);
+        }
+        assert_int_equal(n, 4);
+    }
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(vqp_sw_qp_destroy(qa[i].qp), UCS_OK);
+        assert_int_equal(vqp_sw_qp_destroy(qb[i].qp), UCS_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -729,6 +778,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_error_reset_reuse, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_destroy_first_of_three, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_progress_visits_all, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
