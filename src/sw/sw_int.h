@@ -44,6 +44,7 @@
 #define VQP_SW_MAX_MSG     (1ul << 31)
 #define VQP_SW_NO_SRQ      UINT32_MAX
 #define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */
+#define VQP_SW_DRAIN_RUNS  64u  /* requester runs of a QP being destroyed */
 #define VQP_SW_IN_BUDGET   256u /* inbound records per progress call */
 #define VQP_SW_REORDER_MAX 16u
 #define VQP_SW_RUN_MAX     64u  /* WRITEs merged into one syscall */

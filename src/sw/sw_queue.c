@@ -383,6 +383,19 @@ ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
         return UCS_ERR_INVALID_PARAM;
     }
     dev = qp->dev;
+    /* A NIC executes what was rung within microseconds of the doorbell,
+     * long before a destroy command gets through; this engine only runs
+     * when progressed. So WQEs rung before the destroy get their run now
+     * (what a NIC does in practice: a process that sends and then closes
+     * its endpoint at once expects the peer to get the data). Bounded: a
+     * peer that does not take them (RNR, a full inbound ring, an error)
+     * leaves the rest unexecuted, as a NIC may. In ERR this flushes, which
+     * writes CQEs only. */
+    for (i = 0;
+         (i < VQP_SW_DRAIN_RUNS) && (vqp_sw_qp_state(qp) == IBV_QPS_RTS) &&
+         (vqp_sw_req_progress(qp) != 0);
+         ++i) {
+    }
     vqp_sw_lock(dev->shm);
     qp->shm->state = IBV_QPS_RESET;
     qp->shm->qpn   = 0;

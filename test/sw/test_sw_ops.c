@@ -757,6 +757,41 @@ static void test_progress_visits_all(void **state)
     }
 }
 
+/* WQEs rung before the QP is destroyed are executed, as a NIC would have
+ * done long before the destroy command: the peer gets the SEND and the
+ * WRITE. After ERR a destroy executes nothing. */
+static void test_destroy_runs_rung_wqes(void **state)
+{
+    fx_t *f = *state;
+    struct mlx5_cqe64 cqe;
+    vqp_sw_qp_attr_t qa;
+
+    sw_test_post_recv(&f->qp[1], f->buf[1] + 100, 64, f->lkey[1]);
+    memcpy(f->buf[0], "last words", 10);
+    memset(f->buf[0] + 1024, 0x5a, 512);
+    fx_send(f, 0, MLX5_OPCODE_SEND, 0, 10, 0);
+    fx_write(f, 0, 1024, 2048, 512, 0);
+    assert_int_equal(vqp_sw_qp_destroy(f->qp[0].qp), UCS_OK);
+    f->qp[0].qp = NULL;
+    assert_int_equal(fx_poll(f, 1, 1, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+    assert_int_equal(be32toh(cqe.byte_cnt), 10);
+    assert_memory_equal(f->buf[1] + 100, "last words", 10);
+    assert_memory_equal(f->buf[1] + 2048, f->buf[0] + 1024, 512);
+
+    /* The other way, after ERR: flushed, nothing reaches the peer. */
+    memset(f->buf[1] + 4096, 0x33, 64);
+    memset(f->buf[0] + 4096, 0x44, 64);
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_state = IBV_QPS_ERR;
+    assert_int_equal(vqp_sw_qp_modify(f->qp[1].qp, &qa), UCS_OK);
+    fx_write(f, 1, 4096, 4096, 64, 0);
+    assert_int_equal(vqp_sw_qp_destroy(f->qp[1].qp), UCS_OK);
+    f->qp[1].qp = NULL;
+    assert_true(fx_cq_empty(f, 0, 1));
+    assert_int_equal(f->buf[0][4096], 0x44);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -775,6 +810,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nop_and_cq_wrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sq_wraparound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_srq, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_runs_rung_wqes, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_error_reset_reuse, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_destroy_first_of_three, setup,
