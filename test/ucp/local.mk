@@ -3,10 +3,14 @@
 # harness over UCX's own shared memory.
 dist_check_SCRIPTS += test/ucp/test_ucp_perftest.sh
 TESTS += test/ucp/test_ucp_perftest.sh
+# UCP's client/server API (UCX's example program, built by the test).
+dist_check_SCRIPTS += test/ucp/test_ucp_client_server.sh
+TESTS += test/ucp/test_ucp_client_server.sh
 EXTRA_DIST += contrib/ucp-pair.sh
 
 check-ucp: all
-	$(AM_TESTS_ENVIRONMENT) $(top_srcdir)/test/ucp/test_ucp_perftest.sh
+	$(AM_TESTS_ENVIRONMENT) $(top_srcdir)/test/ucp/test_ucp_perftest.sh && \
+	$(top_srcdir)/test/ucp/test_ucp_client_server.sh
 
 check-ucp-full: all
 	$(AM_TESTS_ENVIRONMENT) $(top_srcdir)/test/ucp/test_ucp_perftest.sh --full
