@@ -22,10 +22,11 @@
  * runs on every poll). */
 #pragma GCC visibility push(hidden)
 
+/* Segment versions: 2 UD QPs; 3 armed; 4 record seq; 5 16 Ki QPs. */
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     4u /* 2: UD QPs; 3: armed; 4: record seq */
-#define VQP_SW_MAX_QP      1024u
-#define VQP_SW_QP_BITS     10u
+#define VQP_SW_VERSION     5u
+#define VQP_SW_MAX_QP      16384u
+#define VQP_SW_QP_BITS     14u
 #define VQP_SW_MAX_CQ      512u
 #define VQP_SW_MAX_SRQ     64u
 #define VQP_SW_MAX_MR      1024u

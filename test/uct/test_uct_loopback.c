@@ -186,14 +186,15 @@ static void exchange(uct_ep_h ep, side_t *dst, char *lbuf, uct_mem_h lmemh,
     printf("ok - %s\n", what);
 }
 
-#define MANY_EPS    40
-#define PUTS_PER_EP 16
+#define MANY_EPS    120
+#define PUTS_PER_EP 8
 #define PUT_LEN     1024
 
 /* Many endpoints on an interface whose CQ is far smaller than what they
  * could have in flight together (each may track hundreds of WQEs): an
  * endpoint reserves no CQ entries for its sends, posts wait for CQ room
- * instead, and every put completes with its data. */
+ * instead, and every put completes with its data. With their passive peers
+ * on the other interface they take 1200 QPs of the one device instance. */
 static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
                            uct_rkey_t rkey)
 {
@@ -207,8 +208,9 @@ static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
     side_t c;
     int am0;
 
-    /* 1024 entries: 256 for the SRQ, 1 per QP (200) to cover it. */
-    open_side_cq(&c, "1024", "256");
+    /* 2048 entries: 512 for the SRQ (256 buffers, rounded up), 1 per QP
+     * (600) to cover it. */
+    open_side_cq(&c, "2048", "256");
     ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
                            UCT_EP_PARAM_FIELD_DEV_ADDR |
                            UCT_EP_PARAM_FIELD_IFACE_ADDR;
@@ -234,7 +236,7 @@ static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
         CHECK_OK(st);
     }
     wait_int(&dst->am_count, am0 + MANY_EPS, "many endpoints: AMs");
-    /* 640 puts in flight at once, more than the CQ's 568 free entries. */
+    /* 960 puts in flight at once, more than the CQ's 936 free entries. */
     for (k = 0; k < PUTS_PER_EP; ++k) {
         for (e = 0; e < MANY_EPS; ++e) {
             off                = (e * PUTS_PER_EP + k) * PUT_LEN;
@@ -266,7 +268,7 @@ static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
         uct_ep_destroy(eps[e]);
     }
     close_side(&c);
-    printf("ok - %d endpoints on an interface with a CQ of 1024 entries\n",
+    printf("ok - %d endpoints on an interface with a CQ of 2048 entries\n",
            MANY_EPS);
 }
 

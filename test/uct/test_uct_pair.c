@@ -2200,8 +2200,8 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     if (initiator && (sc->faults != NULL)) {
         /* FAULTS_QP12 names QPNs of a fresh device: slot i, generation 1;
          * slot 0 is the interface's connection-manager UD QP. */
-        CHECK((ep_addr_qpn(&p, 1) == 0x402) && (ep_addr_qpn(&p, 2) == 0x403),
-              "data QPs are 0x%x/0x%x, the fault spec assumed 0x402/0x403",
+        CHECK((ep_addr_qpn(&p, 1) == 0x4002) && (ep_addr_qpn(&p, 2) == 0x4003),
+              "data QPs are 0x%x/0x%x, the fault spec assumed 0x4002/0x4003",
               ep_addr_qpn(&p, 1), ep_addr_qpn(&p, 2));
     }
     switch (sc->kind) {
@@ -2349,7 +2349,7 @@ static const size_t full_sizes[]  = {1,
 /* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
  * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
  * QP 2 fails its second WQE with "retry exceeded" (0x15). */
-#define FAULTS_QP12 "kill=0x402,err=0x403:1:0x15"
+#define FAULTS_QP12 "kill=0x4002,err=0x4003:1:0x15"
 
 #define SEMANTICS(_name, _qps, _lb, _headroom)        \
     {                                                 \
