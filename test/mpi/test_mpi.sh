@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Open MPI over UCX with the rc_vqp module preloaded into every rank: the
 # test_mpi program (point-to-point, collectives, one-sided; every byte
-# checked) on 2 and 4 ranks with pml ucx and osc ucx, then NetPIPE
+# checked) on 2, 4 and 32 ranks with pml ucx and osc ucx, then NetPIPE
 # (NPopenmpi) in its integrity mode and a short timed run. Each rank's UCP
 # endpoints must carry tag matching, RMA and atomics on the transport under
 # test (UCX's "ep_cfg" info lines). Builds nothing: make builds test_mpi.
@@ -73,7 +73,8 @@ OUT=$tmp/out
 # then aborts the job instead of falling back to another one. 4 ranks on 2
 # cores need oversubscription, and ranks that wait must yield the core.
 # Prints the merged output; each rank's streams also go to files under $OUT
-# (OUT/1/rank.N/stdout|stderr), where lines of different ranks do not mix.
+# (OUT/1/rank.N/stdout|stderr, N zero-padded from 10 ranks on), where lines
+# of different ranks do not mix.
 mpi() { # np program args...
     local np=$1; shift
     local env=(-x UCX_TLS="$tls" -x LD_PRELOAD="$pre" -x UCX_LOG_LEVEL=info
@@ -88,7 +89,11 @@ mpi() { # np program args...
         "${env[@]}" "$@" 2>&1
 }
 rank0() { # stdout|stderr: what rank 0 wrote there
-    cat "$OUT"/*/rank.0/"$1" 2>/dev/null
+    # Open MPI pads the rank to the width of the largest: rank.0, rank.00...
+    local d
+    for d in "$OUT"/*/rank.0 "$OUT"/*/rank.00 "$OUT"/*/rank.000; do
+        [ ! -d "$d" ] || cat "$d/$1" 2>/dev/null
+    done
 }
 
 # mpirun --timeout exits 110; timeout(1), a backstop, 124 (137 after -k).
@@ -156,6 +161,11 @@ run_test_mpi() { # np [args]
 
 run_test_mpi 2 ${1:+"$@"}
 run_test_mpi 4 ${1:+"$@"}
+# Scale: each of 32 ranks connects to 31 peers, two endpoints per peer of
+# NUM_QPS + 1 = 17 QPs: 1054 QPs and 62 endpoints in one process, which
+# neither the software device's former 1024 QPs nor a worst-case CQ
+# reservation per endpoint allowed.
+run_test_mpi 32
 
 # The checks must be able to fail: with one byte of every received buffer
 # flipped, every pattern check fails (40 of them); only those with nothing to
