@@ -113,6 +113,11 @@ void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages)
     madvise((uint8_t *)dev->shm + off, pages * VQP_SW_PAGE, MADV_REMOVE);
 }
 
+static bool vqp_sw_pread_field(int fd, void *dst, size_t size, size_t offset)
+{
+    return pread(fd, dst, size, (off_t)offset) == (ssize_t)size;
+}
+
 /* Unlink segments whose owner is gone: the pid in the name no longer
  * exists, or it was reused (the header's start time differs; this covers a
  * leftover carrying our own pid, which would block our O_EXCL create). A
@@ -123,7 +128,8 @@ static void vqp_sw_clean_stale(uint32_t uid)
     char prefix[64], path[300];
     struct dirent *de;
     unsigned pid, inst;
-    vqp_sw_shm_t hdr;
+    uint64_t magic, start_time;
+    uint32_t hdr_pid;
     bool stale;
     DIR *dir;
     int fd;
@@ -146,13 +152,16 @@ static void vqp_sw_clean_stale(uint32_t uid)
             if (fd < 0) {
                 continue;
             }
-            memset(&hdr, 0, offsetof(vqp_sw_shm_t, lock));
-            stale = (pread(fd, &hdr, offsetof(vqp_sw_shm_t, lock), 0) ==
-                     (ssize_t)offsetof(vqp_sw_shm_t, lock)) &&
-                    (__atomic_load_n(&hdr.magic, __ATOMIC_ACQUIRE) ==
-                     VQP_SW_MAGIC) &&
-                    (hdr.pid == pid) &&
-                    !vqp_sw_pid_alive(hdr.pid, hdr.start_time);
+            /* Only the fields we need: the header type holds every QP's
+             * state (megabytes), no place for a stack copy. */
+            stale = vqp_sw_pread_field(fd, &magic, sizeof(magic),
+                                       offsetof(vqp_sw_shm_t, magic)) &&
+                    (magic == VQP_SW_MAGIC) &&
+                    vqp_sw_pread_field(fd, &hdr_pid, sizeof(hdr_pid),
+                                       offsetof(vqp_sw_shm_t, pid)) &&
+                    vqp_sw_pread_field(fd, &start_time, sizeof(start_time),
+                                       offsetof(vqp_sw_shm_t, start_time)) &&
+                    (hdr_pid == pid) && !vqp_sw_pid_alive(hdr_pid, start_time);
             close(fd);
         }
         if (stale) {
