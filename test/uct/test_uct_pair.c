@@ -2371,6 +2371,14 @@ static const size_t full_sizes[]  = {1,
         .rx_headroom = HEADROOM, .to_iface = 1, .target_num_qps = _tqps   \
     }
 
+/* 4 QPs via the interface address, one more setting. */
+#define CFGI_WITH(_field, _value)                                            \
+    {                                                                        \
+        .num_qps = 4, .lb = "dqplb", .frag_size = "256k",                    \
+        .stripe_thresh = "64k", .buf_size = CI_BUF, .rx_headroom = HEADROOM, \
+        .to_iface = 1, ._field = _value                                      \
+    }
+
 static const scenario_t ci_scenarios[] = {
     {.name  = "matrix qps=4 dqplb via interface address",
      .kind  = SC_MATRIX,
@@ -2403,27 +2411,13 @@ static const scenario_t ci_scenarios[] = {
     {.name = "connection manager: pending while connecting, bad addresses, "
              "no answer",
      .kind = SC_CONNECT,
-     .cfg  = {.num_qps         = 4,
-              .lb              = "dqplb",
-              .frag_size       = "256k",
-              .stripe_thresh   = "64k",
-              .buf_size        = CI_BUF,
-              .rx_headroom     = HEADROOM,
-              .to_iface        = 1,
-              .connect_timeout = "1.5s"}},
+     .cfg  = CFGI_WITH(connect_timeout, "1.5s")},
     {.name = "killed peer with traffic qps=4 via interface address",
      .kind = SC_KILL_BUSY,
      .cfg  = CFGI(4, "dqplb", 0)},
     {.name = "killed idle peer qps=4 via interface address, keepalive 0.3 s",
      .kind = SC_KILL_IDLE,
-     .cfg  = {.num_qps       = 4,
-              .lb            = "dqplb",
-              .frag_size     = "256k",
-              .stripe_thresh = "64k",
-              .buf_size      = CI_BUF,
-              .rx_headroom   = HEADROOM,
-              .to_iface      = 1,
-              .keepalive     = "0.3s"}},
+     .cfg  = CFGI_WITH(keepalive, "0.3s")},
     MATRIX("matrix qps=1 dqplb", 1, "dqplb", "1m", "64k", CI_BUF, ci_sizes),
     MATRIX("matrix qps=1 spray", 1, "spray", "1m", "64k", CI_BUF, ci_sizes),
     MATRIX("matrix qps=4 dqplb frag=256k", 4, "dqplb", "256k", "64k", CI_BUF,
