@@ -1319,7 +1319,8 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
 ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
     unsigned opcode = wr->opcode;
-    uint32_t opn    = vqp->op_tail;
+    unsigned inl;
+    uint32_t opn = vqp->op_tail;
     vqp_op_t *op;
 
     /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
@@ -1342,7 +1343,9 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     op           = vqp_op_fill(vqp, wr);
     vqp->op_tail = opn + 1;
     ++vqp->stats.ops_posted;
-    if (vqp_op_stripes(vqp, opcode, wr->length)) {
+    /* vqp_inline_fast found an inline operation unstriped, with room. */
+    inl = wr->flags & VQP_SEND_INLINE;
+    if (!inl && vqp_op_stripes(vqp, opcode, wr->length)) {
         vqp_op_set_striped(vqp, op);
         if (ucs_likely(vqp_send_qp_covered(vqp))) {
             vqp->op_disp += vqp_post_striped_any(vqp, op, opn);
@@ -1353,7 +1356,7 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
         op->striped   = 0;
         op->nfrags    = 1;
         op->remaining = 1;
-        if (ucs_likely(vqp_pqp_has_room(vqp->send_qp))) {
+        if (ucs_likely(inl || vqp_pqp_has_room(vqp->send_qp))) {
             vqp->op_disp += vqp_post_whole_rdma(vqp, vqp->send_qp, op, opn);
         } else {
             vqp->op_disp += vqp_dispatch_op(vqp, opn);
