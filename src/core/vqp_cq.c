@@ -140,28 +140,32 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
     return UCS_OK;
 }
 
-ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t n,
-                                const char *what)
+ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t recvs,
+                                uint32_t covers, const char *what)
 {
+    int64_t n = (int64_t)recvs + covers;
+
     /* Entries are free only where no posted WQE may need them. */
-    if ((int64_t)cdev->credits < (int64_t)n) {
-        ucs_error("vqp cq: the CQ of %u entries cannot take %s needing %u"
+    if ((int64_t)cdev->credits < n) {
+        ucs_error("vqp cq: the CQ of %u entries cannot take %s needing %ld"
                   " (%u reserved for receives, %u for QPs, %d free of WQEs"
                   " in flight): make the CQ larger or the receive queues"
                   " smaller",
-                  cdev->cq.mask + 1, what, n, cdev->cqe_reserved,
+                  cdev->cq.mask + 1, what, (long)n, cdev->cqe_reserved,
                   cdev->cover_reserve, cdev->credits);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
     cdev->credits -= (int32_t)n;
-    cdev->cqe_reserved += n;
+    cdev->cqe_reserved += recvs;
+    cdev->cover_reserve += covers;
     return UCS_OK;
 }
 
-void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t n)
+void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t recvs, uint32_t covers)
 {
-    cdev->credits += (int32_t)n;
-    cdev->cqe_reserved -= n;
+    cdev->credits += (int32_t)(recvs + covers);
+    cdev->cqe_reserved -= recvs;
+    cdev->cover_reserve -= covers;
 }
 
 ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
@@ -185,14 +189,11 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
         return UCS_ERR_ALREADY_EXISTS;
     }
     /* Its receives, and the entry of the NOP that may cover it. */
-    status = vqp_cq_dev_reserve(cdev, pqp->cqe_need + 1, "a QP");
+    status = vqp_cq_dev_reserve(cdev, pqp->cqe_need, 1, "a QP");
     if (status != UCS_OK) {
         return status;
     }
-    cdev->cqe_reserved -= 1;
-    ++cdev->cover_reserve;
-    *slot     = pqp;
-    pqp->cdev = cdev;
+    *slot = pqp;
     return UCS_OK;
 }
 
@@ -236,9 +237,7 @@ void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
 
     if ((chunk != NULL) && (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp)) {
         chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
-        vqp_cq_dev_release(&cq->devs[pqp->dev], pqp->cqe_need);
-        --cq->devs[pqp->dev].cover_reserve;
-        ++cq->devs[pqp->dev].credits;
+        vqp_cq_dev_release(&cq->devs[pqp->dev], pqp->cqe_need, 1);
     }
 }
 

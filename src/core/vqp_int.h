@@ -276,11 +276,11 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp);
 void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp);
 void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp);
 ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta);
-/* Reserve @a n CQ entries of @a cdev for receives (for @a what, in the
- * error message), or give them back. */
-ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t n,
-                                const char *what);
-void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t n);
+/* Reserve CQ entries of @a cdev for @a recvs receives and @a covers QPs'
+ * cover NOPs (for @a what, in the error message), or give them back. */
+ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t recvs,
+                                uint32_t covers, const char *what);
+void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t recvs, uint32_t covers);
 
 /* vqp_op.c */
 /* Handle at most max_poll CQEs of @a cdev, then advance the virtual QPs that

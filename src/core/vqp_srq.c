@@ -53,7 +53,7 @@ ucs_status_t vqp_srq_create(vqp_cq_t *cq, uint32_t max_wr, vqp_srq_t **srq_p)
         goto err_arrays;
     }
     /* Every buffer can complete at once, into the CQ of the send QPs. */
-    status = vqp_cq_dev_reserve(cdev, cnt, "a shared receive queue");
+    status = vqp_cq_dev_reserve(cdev, cnt, 0, "a shared receive queue");
     if (status != UCS_OK) {
         goto err_arrays;
     }
@@ -87,7 +87,7 @@ ucs_status_t vqp_srq_destroy(vqp_srq_t *srq,
             release(arg, srq->wr_id[i]);
         }
     }
-    vqp_cq_dev_release(&srq->cq->devs[0], srq->max_wr);
+    vqp_cq_dev_release(&srq->cq->devs[0], srq->max_wr, 0);
     vqp_dev_srq_destroy(srq->dev_srq);
     ucs_free(srq->wr_id);
     ucs_free(srq->busy);
