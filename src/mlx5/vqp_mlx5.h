@@ -6,7 +6,8 @@
  * mlx5dv_qp / mlx5dv_cq / mlx5dv_srq), so the same code drives a ConnectX HCA
  * and the software device of src/sw. Everything here is static inline: the
  * fast path allocates nothing, looks nothing up and calls through no function
- * pointer. The layer holds no locks: one thread owns each queue.
+ * pointer (except a software device's doorbell, VQP_MLX5_DB_HOOK). The layer
+ * holds no locks: one thread owns each queue.
  *
  *   vqp_mlx5_tx.inl  send queue: WQE building, signaling, doorbell/BlueFlame
  *   vqp_mlx5_rx.inl  receive queue and linked-list SRQ
@@ -34,12 +35,32 @@ enum {
     VQP_MLX5_MORE      = 1u << 4  /* more posts follow: no doorbell yet */
 };
 
-/* How a send queue tells the device about new WQEs. */
+/* How a send queue tells the device about new WQEs. The modes without a
+ * register come last: the doorbell tells them apart from the hardware ones
+ * with the one compare it needs anyway. */
 typedef enum {
-    VQP_MLX5_DB_BF,    /* BlueFlame copy when the WQE fits, else doorbell */
-    VQP_MLX5_DB_MMIO,  /* 8-byte doorbell write only */
-    VQP_MLX5_DB_RECORD /* doorbell record only (device polls it) */
+    VQP_MLX5_DB_BF,     /* BlueFlame copy when the WQE fits, else doorbell */
+    VQP_MLX5_DB_MMIO,   /* 8-byte doorbell write only */
+    VQP_MLX5_DB_RECORD, /* doorbell record only (device polls it) */
+    VQP_MLX5_DB_HOOK    /* record, then a call into the device (software) */
 } vqp_mlx5_db_mode_t;
+
+/*
+ * A device without a doorbell register that starts on WQEs when told (the
+ * software device of src/sw, whose engine runs in the ringing thread) hands
+ * its QPs out with VQP_MLX5_DV_QP_MASK_DB_HOOK in mlx5dv_qp.comp_mask and the
+ * address of its hook in mlx5dv_qp.tir_icm_addr (an RC QP has no TIR;
+ * rdma-core sets only the mask bits it knows). vqp_mlx5_txwq_init then rings
+ * by calling ring(arg) after the doorbell record, once per doorbell: a batch
+ * posted with VQP_MLX5_MORE calls it once, at its flush. The hook must stay
+ * valid while the QP is in use.
+ */
+#define VQP_MLX5_DV_QP_MASK_DB_HOOK (1ull << 63)
+
+typedef struct vqp_mlx5_db_hook {
+    void (*ring)(void *arg);
+    void *arg;
+} vqp_mlx5_db_hook_t;
 
 enum {
     VQP_MLX5_SEG_SIZE   = 16, /* WQE size unit (ds) */
@@ -82,7 +103,10 @@ typedef struct vqp_mlx5_txwq {
     uint32_t bf_offset;     /* 0 or bf_size, toggles every doorbell */
     uint32_t db_mode;       /* vqp_mlx5_db_mode_t */
     volatile __be32 *dbrec; /* send doorbell record */
-    char *bf_reg;           /* BlueFlame register; NULL: none */
+    union {
+        char *bf_reg;                      /* BlueFlame register; NULL: none */
+        const vqp_mlx5_db_hook_t *db_hook; /* VQP_MLX5_DB_HOOK */
+    };
 } vqp_mlx5_txwq_t;
 
 /* Receive queue of a QP without SRQ: a ring of scatter lists. */

@@ -1,7 +1,7 @@
 /*
  * mlx5 send queue: WQE building for RC operations, the signaling policy,
- * completion bookkeeping of BBs, and the doorbell (record, BlueFlame or MMIO).
- * Included by vqp_mlx5.h only.
+ * completion bookkeeping of BBs, and the doorbell (record, BlueFlame or MMIO,
+ * or a call into a software device). Included by vqp_mlx5.h only.
  */
 
 /* Set up @a wq over an SQ described by @a dv. @a sig_every: a CQE is asked
@@ -27,10 +27,13 @@ static inline ucs_status_t vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq,
         return UCS_ERR_INVALID_PARAM;
     }
     if ((qpn > 0xffffff) || (max_inline > VQP_MLX5_MAX_INLINE) ||
-        (sig_every == 0) || (sig_every > cnt)) {
-        ucs_error("mlx5 sq: qpn 0x%x max_inline %u sig_every %u: need a 24-bit"
-                  " qpn, max_inline <= %d, 1 <= sig_every <= %u",
-                  qpn, max_inline, sig_every, VQP_MLX5_MAX_INLINE, cnt);
+        (sig_every == 0) || (sig_every > cnt) ||
+        (db_mode > VQP_MLX5_DB_RECORD)) {
+        ucs_error("mlx5 sq: qpn 0x%x max_inline %u sig_every %u db_mode %d:"
+                  " need a 24-bit qpn, max_inline <= %d, 1 <= sig_every <="
+                  " %u, a register mode (the hook comes from the device)",
+                  qpn, max_inline, sig_every, (int)db_mode, VQP_MLX5_MAX_INLINE,
+                  cnt);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -45,9 +48,19 @@ static inline ucs_status_t vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq,
     wq->dbrec      = &dv->dbrec[MLX5_SND_DBR];
     wq->bf_reg     = dv->bf.reg;
     wq->bf_size    = dv->bf.size;
-    /* Without a register there is nothing to write but the record; without
-     * a BlueFlame buffer only 8-byte doorbells work. */
-    if (wq->bf_reg == NULL) {
+    /* A device that is told by a call has no use for a register; without a
+     * register there is nothing to write but the record; without a
+     * BlueFlame buffer only 8-byte doorbells work. */
+    if (dv->comp_mask & VQP_MLX5_DV_QP_MASK_DB_HOOK) {
+        wq->db_hook = (const vqp_mlx5_db_hook_t *)(uintptr_t)dv->tir_icm_addr;
+        wq->bf_size = 0;
+        if ((wq->db_hook == NULL) || (wq->db_hook->ring == NULL)) {
+            ucs_error("mlx5 sq: qpn 0x%x: doorbell hook without a function",
+                      qpn);
+            return UCS_ERR_INVALID_PARAM;
+        }
+        db_mode = VQP_MLX5_DB_HOOK;
+    } else if (wq->bf_reg == NULL) {
         db_mode = VQP_MLX5_DB_RECORD;
     } else if ((wq->bf_size < MLX5_SEND_WQE_BB) &&
                (db_mode == VQP_MLX5_DB_BF)) {
@@ -147,7 +160,12 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
     ucs_memory_cpu_store_fence();
     *wq->dbrec = htobe32(wq->pi);
     wq->db_pi  = wq->pi;
-    if (wq->db_mode == VQP_MLX5_DB_RECORD) {
+    if (ucs_unlikely(wq->db_mode >= VQP_MLX5_DB_RECORD)) {
+        /* No register. A software device starts on the WQEs here, in this
+         * thread, as a NIC starts on them after the doorbell. */
+        if (wq->db_mode == VQP_MLX5_DB_HOOK) {
+            wq->db_hook->ring(wq->db_hook->arg);
+        }
         return;
     }
 

@@ -1,8 +1,8 @@
 /*
  * Send-queue tests of the mlx5 data path: WQE bytes of every operation,
  * inline vs pointer data, ring wrap-around, signaling policy, fence bits,
- * room accounting and the three doorbell modes. No device: the SQ is host
- * memory and the BlueFlame register an array.
+ * room accounting and the four doorbell modes. No device: the SQ is host
+ * memory, the BlueFlame register an array and the hook a counter.
  */
 #include <config.h>
 
@@ -832,6 +832,64 @@ static void test_db_batch(void **state)
     assert_int_equal(bf[1], 0);
 }
 
+/* A device that is told by a call: the record first, then one call per
+ * doorbell (a batch: one, at its flush); the register is never touched. */
+static unsigned hook_calls;
+static uint32_t hook_seen_pi;
+
+static void hook_ring(void *arg)
+{
+    fake_qp_t *qp = arg;
+
+    ++hook_calls;
+    hook_seen_pi = be32toh(qp->dbrec[MLX5_SND_DBR]);
+}
+
+static void test_db_hook(void **state)
+{
+    tx_fixture_t *f                     = *state;
+    vqp_mlx5_sge_t sge                  = {0x1000, 8, 1};
+    uint64_t zero[2 * FAKE_BF_SIZE / 8] = {0};
+    vqp_mlx5_db_hook_t hook             = {hook_ring, f->qp};
+
+    f->qp->dv.comp_mask |= VQP_MLX5_DV_QP_MASK_DB_HOOK;
+    f->qp->dv.tir_icm_addr = (uintptr_t)&hook;
+    assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
+                                        VQP_MLX5_DB_BF),
+                     UCS_OK);
+    assert_int_equal(f->wq.db_mode, VQP_MLX5_DB_HOOK);
+    hook_calls = 0;
+
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, 0);
+    assert_int_equal(hook_calls, 1);
+    assert_int_equal(hook_seen_pi, 1);
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    vqp_mlx5_post_send(&f->wq, &sge, 1, VQP_MLX5_MORE);
+    assert_int_equal(hook_calls, 1);
+    vqp_mlx5_txwq_flush(&f->wq);
+    assert_int_equal(hook_calls, 2);
+    assert_int_equal(hook_seen_pi, 3);
+    vqp_mlx5_txwq_flush(&f->wq); /* nothing new: no call */
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    vqp_mlx5_post_send(&f->wq, &sge, 1, 0); /* ends the batch */
+    assert_int_equal(hook_calls, 3);
+    assert_int_equal(hook_seen_pi, 5);
+    assert_memory_equal(f->qp->bf, zero, sizeof(zero));
+
+    /* A hook without a function, or the mode asked for without a hook. */
+    hook.ring = NULL;
+    assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
+                                        VQP_MLX5_DB_BF),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "doorbell hook without a function");
+    f->qp->dv.comp_mask = 0;
+    assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
+                                        VQP_MLX5_DB_HOOK),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "a register mode");
+    expect_no_log();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -862,6 +920,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_db_bf_too_big, tx_setup,
                                         tx_teardown),
         cmocka_unit_test_setup_teardown(test_db_batch, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_db_hook, tx_setup, tx_teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
