@@ -1,7 +1,8 @@
 /*
  * Software mlx5 device: device instances, their shared-memory segments
  * (naming, creation, stale cleanup), per-process instance numbers,
- * the segment lock, the queue-memory arena and the progress entry point.
+ * the segment lock, the queue-memory arena, and the engine's entry points
+ * (progress, the SQ doorbell) with their re-entrancy guard.
  */
 #include <config.h>
 
@@ -199,7 +200,16 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
         return UCS_ERR_INVALID_PARAM;
     }
     dev->atomic8_host = (env != NULL) && !strcmp(env, "host");
-    env               = getenv("VQP_SW_FAULTS");
+    env               = getenv("VQP_SW_EXEC");
+    if ((env != NULL) && (*env != '\0') && strcmp(env, "doorbell") &&
+        strcmp(env, "progress")) {
+        ucs_error("vqp_sw: invalid VQP_SW_EXEC '%s' (doorbell or progress)",
+                  env);
+        free(dev);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    dev->exec_doorbell = (env == NULL) || strcmp(env, "progress");
+    env                = getenv("VQP_SW_FAULTS");
     if ((env != NULL) && (*env != '\0')) {
         status = vqp_sw_fault_parse(env, &dev->fault);
         if (status != UCS_OK) {
@@ -286,6 +296,7 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     dev->attr.max_rd_atom = 16;
     dev->attr.atomic_be_sizes =
         sizeof(uint32_t) | (dev->atomic8_host ? 0 : sizeof(uint64_t));
+    dev->attr.exec_doorbell = dev->exec_doorbell;
 
     ucs_debug("vqp_sw: opened %s as %s", name, dev->name);
     *dev_p = dev;
@@ -300,6 +311,98 @@ err_unlink:
     shm_unlink(dev->name);
     free(dev);
     return UCS_ERR_IO_ERROR;
+}
+
+/* This thread is inside the engine (of any device), and the devices that
+ * got doorbells meanwhile. Initial-exec: one load, no call, on every poll;
+ * a few bytes of the static TLS surplus where the library is dlopen'ed. */
+static __thread bool vqp_sw_in_engine
+    __attribute__((tls_model("initial-exec")));
+static __thread vqp_sw_dev_t *vqp_sw_defer_devs
+    __attribute__((tls_model("initial-exec")));
+
+bool vqp_sw_engine_enter(void)
+{
+    if (vqp_sw_in_engine) {
+        return false;
+    }
+    vqp_sw_in_engine = true;
+    return true;
+}
+
+/* A doorbell rung inside the engine: its QP runs when the engine call ends
+ * (the outer call may be halfway through a CQE or hold a segment lock). */
+static void vqp_sw_defer(vqp_sw_qp_t *qp)
+{
+    vqp_sw_dev_t *dev = qp->dev;
+    unsigned i;
+
+    for (i = 0; i < dev->n_deferred; ++i) {
+        if (dev->deferred[i].qpn == qp->qpn) {
+            return;
+        }
+    }
+    if (dev->n_deferred == VQP_SW_DEFER_MAX) {
+        ucs_debug("vqp_sw %s: QP 0x%x: doorbell inside the engine left to "
+                  "progress (%u deferred already)",
+                  dev->name, qp->qpn, VQP_SW_DEFER_MAX);
+        return;
+    }
+    dev->deferred[dev->n_deferred].slot = qp->index;
+    dev->deferred[dev->n_deferred].qpn  = qp->qpn;
+    ++dev->n_deferred;
+    if (!dev->defer_listed) {
+        dev->defer_listed = true;
+        dev->defer_next   = vqp_sw_defer_devs;
+        vqp_sw_defer_devs = dev;
+    }
+}
+
+/* A device closing drops its deferred doorbells. */
+static void vqp_sw_defer_forget(vqp_sw_dev_t *dev)
+{
+    vqp_sw_dev_t **link;
+
+    for (link = &vqp_sw_defer_devs; *link != NULL;
+         link = &(*link)->defer_next) {
+        if (*link == dev) {
+            *link = dev->defer_next;
+            break;
+        }
+    }
+    dev->defer_listed = false;
+    dev->n_deferred   = 0;
+}
+
+static void vqp_sw_ring_qp(vqp_sw_qp_t *qp);
+
+void vqp_sw_engine_leave(void)
+{
+    vqp_sw_dev_t *dev;
+    unsigned i, n;
+    vqp_sw_qp_t *qp;
+    struct {
+        uint32_t slot;
+        uint32_t qpn;
+    } run[VQP_SW_DEFER_MAX];
+
+    /* Still inside: doorbells rung by these runs are deferred again and
+     * picked up by this loop. */
+    while (vqp_sw_defer_devs != NULL) {
+        dev               = vqp_sw_defer_devs;
+        vqp_sw_defer_devs = dev->defer_next;
+        dev->defer_listed = false;
+        n                 = dev->n_deferred;
+        memcpy(run, dev->deferred, n * sizeof(run[0]));
+        dev->n_deferred = 0;
+        for (i = 0; i < n; ++i) {
+            qp = dev->qps[run[i].slot];
+            if ((qp != NULL) && (qp->qpn == run[i].qpn)) {
+                vqp_sw_ring_qp(qp);
+            }
+        }
+    }
+    vqp_sw_in_engine = false;
 }
 
 void vqp_sw_dev_close(vqp_sw_dev_t *dev)
@@ -336,6 +439,7 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
             munmap(dev->peers[i].shm, dev->peers[i].size);
         }
     }
+    vqp_sw_defer_forget(dev);
     __atomic_store_n(&dev->shm->alive, 0, __ATOMIC_RELEASE);
     vqp_sw_event_close(dev);
     shm_unlink(dev->name);
@@ -366,28 +470,65 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr)
     addr->instance = dev->instance;
 }
 
+/* One requester run of qp_list[i]; with nothing left, the poll skips it
+ * until its doorbell record changes. */
+static inline unsigned vqp_sw_run_qp(vqp_sw_dev_t *dev, unsigned i)
+{
+    vqp_sw_qp_t *qp = dev->qp_list[i];
+    unsigned events;
+    uint32_t db;
+
+    events = vqp_sw_req_progress(qp);
+    db     = __atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED);
+    if ((uint16_t)be32toh(db) == qp->sq_ci) {
+        dev->scan[i].idle = db | (dev->scan[i].idle & VQP_SW_SCAN_ERR);
+    }
+    return events;
+}
+
 /* The poll's visit of qp_list[i]: runs its requester unless it is idle
  * (doorbell unchanged since it had nothing left, not flushing) and @a all
  * is false; this runs for every QP on every poll. */
 static inline unsigned vqp_sw_scan_qp(vqp_sw_dev_t *dev, unsigned i, bool all)
 {
-    vqp_sw_qp_t *qp;
-    unsigned events;
-    uint32_t db;
-
     if ((__atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED) ==
          dev->scan[i].idle) &&
         !all) {
         return 0;
     }
-    qp             = dev->qp_list[i];
     dev->scan_hint = i;
-    events         = vqp_sw_req_progress(qp);
-    db             = __atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED);
-    if ((uint16_t)be32toh(db) == qp->sq_ci) {
-        dev->scan[i].idle = db | (dev->scan[i].idle & VQP_SW_SCAN_ERR);
+    return vqp_sw_run_qp(dev, i);
+}
+
+/* What a NIC does after a doorbell: the requester takes every WQE rung so
+ * far, in runs of the poll's budget, until none is left or the QP waits
+ * (RNR, retry, backpressure) or fails. Bounded: the record is at most a
+ * ring ahead. Nothing else runs: no inbound records, no other QP. */
+static void vqp_sw_ring_qp(vqp_sw_qp_t *qp)
+{
+    unsigned runs = qp->sq_wqe_cnt / VQP_SW_WQE_BUDGET + 1;
+    uint16_t pi;
+
+    do {
+        if (vqp_sw_run_qp(qp->dev, qp->list_pos) == 0) {
+            return;
+        }
+        pi = (uint16_t)be32toh(
+            __atomic_load_n(&qp->dbrec[MLX5_SND_DBR], __ATOMIC_ACQUIRE));
+    } while ((pi != qp->sq_ci) && (--runs > 0));
+}
+
+void vqp_sw_qp_doorbell(vqp_sw_qp_t *qp)
+{
+    if (!qp->dev->exec_doorbell) {
+        return;
     }
-    return events;
+    if (!vqp_sw_engine_enter()) {
+        vqp_sw_defer(qp);
+        return;
+    }
+    vqp_sw_ring_qp(qp);
+    vqp_sw_engine_leave();
 }
 
 unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
@@ -397,6 +538,11 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
     uint64_t now;
     bool all;
 
+    /* Called from inside the engine (a log handler, say): the outer call
+     * is halfway through something; it does the work. */
+    if (!vqp_sw_engine_enter()) {
+        return 0;
+    }
     ++dev->shm->progress_calls;
     /* Peers that died without a word are noticed here (and on ESRCH). */
     if ((dev->shm->progress_calls & 255) == 0) {
@@ -431,5 +577,6 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
             vqp_sw_cq_release_held(dev->cqs[i]);
         }
     }
+    vqp_sw_engine_leave();
     return events;
 }

@@ -46,6 +46,7 @@
 #define VQP_SW_NO_SRQ      UINT32_MAX
 #define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */
 #define VQP_SW_DRAIN_RUNS  64u  /* requester runs of a QP being destroyed */
+#define VQP_SW_DEFER_MAX   16u  /* doorbells rung inside the engine, kept */
 #define VQP_SW_IN_BUDGET   256u /* inbound records per progress call */
 #define VQP_SW_REORDER_MAX 16u
 #define VQP_SW_RUN_MAX     64u  /* WRITEs merged into one syscall */
@@ -351,7 +352,18 @@ struct vqp_sw_dev {
     size_t arena_pages;
     vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
     vqp_sw_fault_t fault;
-    bool atomic8_host; /* 8-byte fetched values in host order */
+    bool atomic8_host;  /* 8-byte fetched values in host order */
+    bool exec_doorbell; /* VQP_SW_EXEC=doorbell: SQ doorbells execute */
+    /* Doorbells rung while this thread was inside the engine (a log
+     * handler posting, say): run when the outermost engine call ends.
+     * Slot and QPN, so a QP destroyed meanwhile is skipped. */
+    unsigned n_deferred;
+    struct {
+        uint32_t slot;
+        uint32_t qpn;
+    } deferred[VQP_SW_DEFER_MAX];
+    bool defer_listed;        /* on this thread's list of such devices */
+    vqp_sw_dev_t *defer_next; /* that list */
     uint64_t last_liveness;
     uint32_t err_gen_seen; /* shm->err_gen at the last full QP scan */
     pid_t life_tid;        /* thread holding shm->life (0: none) */
@@ -390,6 +402,15 @@ void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages);
 int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
                 unsigned n_local, const struct iovec *remote,
                 unsigned n_remote);
+
+/* The engine of this thread: every call that executes WQEs or writes
+ * CQEs (progress, doorbell, the destroy drain) is one section. Enter
+ * returns false inside another one (of any device: the outer one may hold
+ * a segment lock or be halfway through a CQE), and the caller must not run
+ * anything then. Leave, at the outermost level, runs the doorbells that
+ * were deferred meanwhile. */
+bool vqp_sw_engine_enter(void);
+void vqp_sw_engine_leave(void);
 
 /* sw_mr.c */
 /* Resolves [addr, addr+len) under @a key in @a shm's MR table with @a

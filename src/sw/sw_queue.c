@@ -390,11 +390,15 @@ ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
      * its endpoint at once expects the peer to get the data). Bounded: a
      * peer that does not take them (RNR, a full inbound ring, an error)
      * leaves the rest unexecuted, as a NIC may. In ERR this flushes, which
-     * writes CQEs only. */
-    for (i = 0;
-         (i < VQP_SW_DRAIN_RUNS) && (vqp_sw_qp_state(qp) == IBV_QPS_RTS) &&
-         (vqp_sw_req_progress(qp) != 0);
-         ++i) {
+     * writes CQEs only. Not from inside the engine (it may be running
+     * this QP). */
+    if (vqp_sw_engine_enter()) {
+        for (i = 0;
+             (i < VQP_SW_DRAIN_RUNS) && (vqp_sw_qp_state(qp) == IBV_QPS_RTS) &&
+             (vqp_sw_req_progress(qp) != 0);
+             ++i) {
+        }
+        vqp_sw_engine_leave();
     }
     vqp_sw_lock(dev->shm);
     qp->shm->state = IBV_QPS_RESET;

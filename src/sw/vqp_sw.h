@@ -3,9 +3,14 @@
  *
  * The device exposes queue memory exactly as mlx5dv_init_obj() describes a
  * ConnectX QP/CQ/SRQ (struct mlx5dv_qp / mlx5dv_cq / mlx5dv_srq), so the same
- * WQE-building and CQE-parsing code runs on it and on hardware. Its engine
- * executes posted WQEs when the owning process calls vqp_sw_progress(): there
- * is no device thread. Peers are other processes (or other device instances in
+ * WQE-building and CQE-parsing code runs on it and on hardware. There is no
+ * device thread: the engine runs in the owner's threads. Software that rings
+ * an SQ doorbell calls vqp_sw_qp_doorbell() where a NIC gets its MMIO write,
+ * and the engine executes that QP's new WQEs right there, as a NIC starts on
+ * them (VQP_SW_EXEC=progress leaves them to progress); everything else
+ * (inbound messages placed and their CQEs written, RNR and transport
+ * retries, flushes, dead peers, held CQEs) happens when the owner calls
+ * vqp_sw_progress(). Peers are other processes (or other device instances in
  * the same process) on this host; one-sided operations move data with
  * process_vm_writev/readv after checking the rkey against the peer's
  * registered regions, two-sided ones reach the peer's RQ/SRQ and the peer's
@@ -48,6 +53,9 @@ typedef struct vqp_sw_dev_attr {
      * models a ConnectX in 8-byte host-endianness mode (what Linux selects
      * when the HCA offers it). */
     uint32_t atomic_be_sizes;
+    /* 1: vqp_sw_qp_doorbell executes (VQP_SW_EXEC=doorbell, the default);
+     * 0: WQEs run only in vqp_sw_progress (VQP_SW_EXEC=progress). */
+    uint32_t exec_doorbell;
 } vqp_sw_dev_attr_t;
 
 /*
@@ -75,8 +83,24 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr);
 unsigned vqp_sw_progress(vqp_sw_dev_t *dev);
 
 /*
- * Completion events: sleep instead of polling. The engine runs only inside
- * vqp_sw_progress(), so a sleeping owner needs a peer to wake it:
+ * The SQ doorbell: software calls it after writing the doorbell record (and,
+ * if it likes, the BlueFlame copy, which the device ignores), where a NIC gets
+ * the MMIO write; once per batch is enough. In doorbell mode the engine runs
+ * @a qp's requester right here, in this thread: every WQE rung so far executes
+ * (data placed, the target's receive taken, requester CQEs written) unless the
+ * QP has to wait (RNR, retry, a full inbound ring at the target: progress
+ * retries it) or fails (error CQE, flushes), with every check of progress-
+ * driven execution. Nothing else runs: no inbound records, no other QP. Rung
+ * from inside the engine (a log handler, on any device of this thread), it is
+ * deferred until the outermost engine call returns. In progress mode, and for
+ * software that never calls it, the next vqp_sw_progress executes the WQEs.
+ */
+void vqp_sw_qp_doorbell(vqp_sw_qp_t *qp);
+
+/*
+ * Completion events: sleep instead of polling. Inbound messages are placed
+ * and their CQEs written only inside vqp_sw_progress(), so a sleeping owner
+ * needs a peer to wake it:
  *
  * vqp_sw_dev_event_fd: the device's event fd (created on the first call,
  *   closed with the device): a non-blocking UNIX datagram socket bound in the
@@ -190,6 +214,10 @@ enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
  *                     string fails the open.
  *   VQP_SW_NAMESPACE  letters/digits: a separate set of devices; peers must
  *                     share it (keeps concurrent test runs apart).
+ *   VQP_SW_EXEC       doorbell (default): vqp_sw_qp_doorbell executes;
+ *                     progress: only vqp_sw_progress does. Anything else
+ *                     fails the open (UCS_ERR_INVALID_PARAM).
+ *   VQP_SW_ATOMIC_REPLY  be (default) or host: see atomic_be_sizes.
  */
 
 /* Per-QP counters, also shown by the vqp_sw_stat tool. */

@@ -50,6 +50,11 @@ test_sw_test_sw_event_SOURCES = test/sw/test_sw_event.c
 test_sw_test_sw_event_CFLAGS  = $(sw_test_cflags)
 test_sw_test_sw_event_LDADD   = $(sw_test_ldadd)
 
+check_PROGRAMS += test/sw/test_sw_exec
+test_sw_test_sw_exec_SOURCES = test/sw/test_sw_exec.c
+test_sw_test_sw_exec_CFLAGS  = $(sw_test_cflags)
+test_sw_test_sw_exec_LDADD   = $(sw_test_ldadd)
+
 # Benchmark (built by 'make check', run by hand: test/sw/bench_sw).
 check_PROGRAMS += test/sw/bench_sw
 test_sw_bench_sw_SOURCES = test/sw/bench_sw.c
@@ -58,5 +63,5 @@ test_sw_bench_sw_LDADD   = $(sw_test_ldadd)
 
 TESTS += test/sw/test_sw_ops test/sw/test_sw_err test/sw/test_sw_proc \
 	test/sw/test_sw_fault test/sw/test_sw_limits test/sw/test_sw_small \
-	test/sw/test_sw_ud test/sw/test_sw_event
+	test/sw/test_sw_ud test/sw/test_sw_event test/sw/test_sw_exec
 endif
