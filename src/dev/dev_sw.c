@@ -1,12 +1,14 @@
 /*
  * Device control over the software mlx5 device (src/sw): a thin mapping of
  * the ops table onto vqp_sw.h. The software device fills the same mlx5dv
- * structures as hardware, so only limits, addresses and progress differ.
+ * structures as hardware, so only limits, addresses, progress and the SQ
+ * doorbell (a call instead of a register) differ.
  */
 #include <config.h>
 
 #include "dev_int.h"
 
+#include <mlx5/vqp_mlx5.h>
 #include <sw/vqp_sw.h>
 #include <ucs/debug/log.h>
 #include <ucs/sys/compiler_def.h>
@@ -23,6 +25,7 @@
 typedef struct vqp_dev_swd {
     vqp_dev_t super;
     vqp_sw_dev_t *sw;
+    int exec_doorbell; /* the device executes WQEs at the SQ doorbell */
 } vqp_dev_swd_t;
 
 typedef struct vqp_dev_sw_mr {
@@ -43,6 +46,7 @@ typedef struct vqp_dev_sw_srq {
 typedef struct vqp_dev_sw_qp {
     vqp_dev_qp_t super;
     vqp_sw_qp_t *qp;
+    vqp_mlx5_db_hook_t db_hook; /* the data path's doorbell calls it */
 } vqp_dev_sw_qp_t;
 
 typedef struct vqp_dev_sw_ah {
@@ -92,6 +96,7 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->gid_index        = -1;
     attr->max_ud_msg       = VQP_SW_UD_MAX_MSG;
     attr->comp_events      = 1;
+    dev->exec_doorbell     = sw_attr.exec_doorbell;
 
     vqp_sw_dev_address(dev->sw, &sw_addr);
     dev->super.addr.type        = VQP_DEV_ADDR_SW;
@@ -219,6 +224,26 @@ static ucs_status_t vqp_dev_sw_srq_destroy(vqp_dev_srq_t *super)
     return status;
 }
 
+static void vqp_dev_sw_ring(void *arg)
+{
+    vqp_sw_qp_doorbell(arg);
+}
+
+/* In doorbell mode the data path rings by calling the device (see
+ * VQP_MLX5_DV_QP_MASK_DB_HOOK); the BlueFlame area stays as it was for
+ * software that writes it by hand. */
+static void vqp_dev_sw_set_hook(vqp_dev_t *dev, vqp_dev_sw_qp_t *qp,
+                                struct mlx5dv_qp *dv)
+{
+    if (!ucs_container_of(dev, vqp_dev_swd_t, super)->exec_doorbell) {
+        return;
+    }
+    qp->db_hook.ring = vqp_dev_sw_ring;
+    qp->db_hook.arg  = qp->qp;
+    dv->comp_mask |= VQP_MLX5_DV_QP_MASK_DB_HOOK;
+    dv->tir_icm_addr = (uintptr_t)&qp->db_hook;
+}
+
 static ucs_status_t vqp_dev_sw_qp_create(vqp_dev_t *dev,
                                          const vqp_dev_qp_init_t *init,
                                          vqp_dev_qp_t **qp_p,
@@ -254,6 +279,7 @@ static ucs_status_t vqp_dev_sw_qp_create(vqp_dev_t *dev,
     }
     /* The software device has no separate inline limit per QP: it grants
      * what was asked within its device limit, and the ring sizes it made. */
+    vqp_dev_sw_set_hook(dev, qp, dv);
     caps->max_inline  = init->max_inline;
     caps->max_send_wr = dv->sq.wqe_cnt;
     caps->max_recv_wr = (init->srq != NULL) ? 0 : dv->rq.wqe_cnt;
@@ -351,6 +377,7 @@ static ucs_status_t vqp_dev_sw_ud_qp_create(vqp_dev_t *dev,
             return status;
         }
     }
+    vqp_dev_sw_set_hook(dev, qp, dv);
     caps->max_inline  = init->max_inline;
     caps->max_send_wr = dv->sq.wqe_cnt;
     caps->max_recv_wr = dv->rq.wqe_cnt;

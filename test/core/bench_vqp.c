@@ -5,7 +5,9 @@
  * software device; allocations per operation; memory per endpoint and per QP.
  *
  * One cycle: post K operations (timed), let the software device execute them
- * (untimed: device progress until the last CQE is in the CQ), complete them
+ * (untimed: device progress until the last CQE is in the CQ; the device runs
+ * with VQP_SW_EXEC=progress, so nothing executes at the doorbell inside the
+ * timed posts), complete them
  * (timed). During the timed completion the device is stopped: this program
  * links with --wrap=vqp_dev_progress and the wrapper returns 0 at once, so
  * vqp_cq_poll() measures the core's CQE handling and nothing of the device.
@@ -1186,6 +1188,11 @@ int main(int argc, char **argv)
         }
     }
 
+    /* The device executes WQEs only in its (untimed) progress, not at the
+     * doorbell inside the timed posts. */
+    if (setenv("VQP_SW_EXEC", "progress", 1) != 0) {
+        die("setenv: %m");
+    }
     if (vqp_dev_open(VQP_DEV_SW_NAME, NULL, &dev) != UCS_OK) {
         die("cannot open the software device");
     }

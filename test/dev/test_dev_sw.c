@@ -8,6 +8,7 @@
 #include <config.h>
 
 #include <dev/vqp_dev.h>
+#include <mlx5/vqp_mlx5.h>
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -565,6 +566,84 @@ static void test_connect_two_instances(void **state)
 
     assert_int_equal(ep_cleanup(&a), 0);
     assert_int_equal(ep_cleanup(&b), 0);
+}
+
+/* The data path's doorbell reaches the software device: by default the QP's
+ * dv carries the doorbell hook, and a WRITE posted through vqp_mlx5 has
+ * landed, with its CQE, before any progress call. VQP_SW_EXEC=progress
+ * hands out no hook (the BlueFlame register is used as before) and the WRITE
+ * waits for progress. */
+static void test_doorbell_exec(void **state)
+{
+    static const char *modes[] = {NULL, "progress"};
+    vqp_dev_qp_init_t init     = {};
+    vqp_dev_qp_addr_t addr_a, addr_b;
+    vqp_dev_t *devs[2];
+    struct mlx5_cqe64 *cqe;
+    vqp_mlx5_txwq_t wq;
+    vqp_mlx5_cq_t cq;
+    vqp_mlx5_sge_t sge;
+    endpoint_t a, b;
+    unsigned m, i;
+    int hook;
+
+    for (m = 0; m < 2; ++m) {
+        hook = (modes[m] == NULL);
+        if (hook) {
+            unsetenv("VQP_SW_EXEC");
+        } else {
+            setenv("VQP_SW_EXEC", modes[m], 1);
+        }
+        assert_int_equal(ep_init(&a, open_sw()), 0);
+        assert_int_equal(ep_init(&b, open_sw()), 0);
+        unsetenv("VQP_SW_EXEC");
+        /* The data path wants room for two of the largest WQEs. */
+        assert_int_equal(vqp_dev_qp_destroy(a.qp), UCS_OK);
+        init.send_cq      = a.cq;
+        init.recv_cq      = a.cq;
+        init.max_send_wr  = 64;
+        init.max_send_sge = 1;
+        assert_int_equal(
+            vqp_dev_qp_create(a.dev, &init, &a.qp, &a.dv_qp, &a.caps), UCS_OK);
+        ep_addr(&a, &addr_a);
+        ep_addr(&b, &addr_b);
+        assert_int_equal(vqp_dev_qp_connect(a.qp, &addr_b, NULL), UCS_OK);
+        assert_int_equal(vqp_dev_qp_connect(b.qp, &addr_a, NULL), UCS_OK);
+        assert_int_equal(!!(a.dv_qp.comp_mask & VQP_MLX5_DV_QP_MASK_DB_HOOK),
+                         hook);
+        assert_int_equal(
+            vqp_mlx5_txwq_init(&wq, &a.dv_qp, a.caps.qpn, 0, 1, VQP_MLX5_DB_BF),
+            UCS_OK);
+        assert_int_equal(wq.db_mode, hook ? VQP_MLX5_DB_HOOK : VQP_MLX5_DB_BF);
+        assert_int_equal(vqp_mlx5_cq_init(&cq, &a.dv_cq), UCS_OK);
+
+        for (i = 0; i < 512; ++i) {
+            a.buf[i] = (char)(i * 7 + m);
+        }
+        memset(b.buf, 0, 512);
+        sge.addr   = (uintptr_t)a.buf;
+        sge.length = 512;
+        sge.lkey   = a.lkey;
+        assert_int_equal(vqp_mlx5_post_write(&wq, &sge, 1, (uintptr_t)b.buf,
+                                             b.rkey, VQP_MLX5_SIGNALED),
+                         0);
+        cqe = vqp_mlx5_cq_poll(&cq);
+        if (hook) {
+            assert_non_null(cqe);
+            assert_int_equal(vqp_mlx5_cqe_status(cqe), UCS_OK);
+            assert_memory_equal(a.buf, b.buf, 512);
+        } else {
+            assert_null(cqe);
+            assert_int_equal(b.buf[0], 0);
+            devs[0] = a.dev;
+            devs[1] = b.dev;
+            assert_int_equal(dev_wqe_poll(devs, 2, &a.dv_cq, 0, TIMEOUT, &cqe),
+                             MLX5_CQE_REQ);
+            assert_memory_equal(a.buf, b.buf, 512);
+        }
+        assert_int_equal(ep_cleanup(&a), 0);
+        assert_int_equal(ep_cleanup(&b), 0);
+    }
 }
 
 /* The event calls reach the software device: a CQ armed through
@@ -1186,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_qp_errors),
         cmocka_unit_test(test_sw_failures_propagate),
         cmocka_unit_test(test_connect_two_instances),
+        cmocka_unit_test(test_doorbell_exec),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_set_error_flushes),
         cmocka_unit_test(test_connect_errors),

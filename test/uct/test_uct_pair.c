@@ -76,6 +76,7 @@ typedef struct scenario {
     const size_t *sizes;    /* SC_MATRIX; 0-terminated */
     const char *faults;     /* VQP_SW_FAULTS of the initiator */
     const char *faults_all; /* VQP_SW_FAULTS of both sides */
+    const char *exec;       /* VQP_SW_EXEC of both sides; NULL: default */
     const char *disabled;   /* non-NULL: skipped, with the reason (a TODO) */
 } scenario_t;
 
@@ -2196,6 +2197,11 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     } else {
         unsetenv("VQP_SW_FAULTS");
     }
+    if (sc->exec != NULL) {
+        setenv("VQP_SW_EXEC", sc->exec, 1);
+    } else {
+        unsetenv("VQP_SW_EXEC");
+    }
     pair_setup(&p, sc, initiator, sock, &am);
     if (initiator && (sc->faults != NULL)) {
         /* FAULTS_QP12 names QPNs of a fresh device: slot i, generation 1;
@@ -2412,9 +2418,12 @@ static const scenario_t ci_scenarios[] = {
              "no answer",
      .kind = SC_CONNECT,
      .cfg  = CFGI_WITH(connect_timeout, "1.5s")},
+    /* Operations in flight at the kill: the device must not execute them
+     * at the doorbell, before the peer is killed. */
     {.name = "killed peer with traffic qps=4 via interface address",
      .kind = SC_KILL_BUSY,
-     .cfg  = CFGI(4, "dqplb", 0)},
+     .cfg  = CFGI(4, "dqplb", 0),
+     .exec = "progress"},
     {.name = "killed idle peer qps=4 via interface address, keepalive 0.3 s",
      .kind = SC_KILL_IDLE,
      .cfg  = CFGI_WITH(keepalive, "0.3s")},
@@ -2475,7 +2484,8 @@ static const scenario_t ci_scenarios[] = {
      .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
     {.name = "killed peer with traffic qps=4",
      .kind = SC_KILL_BUSY,
-     .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF)},
+     .cfg  = CFG(4, "dqplb", "256k", "64k", CI_BUF),
+     .exec = "progress"},
     /* ep_check's 0-byte WRITE probe must end in an error to a dead peer. */
     {.name = "killed idle peer qps=4",
      .kind = SC_KILL_IDLE,
