@@ -53,18 +53,20 @@ typedef enum vqp_qp_role {
     VQP_ROLE_SEND    /* DQPLB: SEND / atomics / small ops and user receives */
 } vqp_qp_role_t;
 
-/* A posted WQE the core waits for. */
+/* A posted WQE the core waits for: 16 bytes, written once per WQE. Where a
+ * fragment starts, how long it is and its DQPLB sequence number follow from
+ * its operation and its index there (vqp_op.c: vqp_frag_offset, _len, _seq),
+ * so they are not stored. */
 typedef struct vqp_frag {
-    uint64_t offset; /* within the operation */
-    uint32_t op;     /* operation ring counter */
-    uint32_t len;
-    uint32_t seq; /* DQPLB sequence number (DATA / FINAL) */
+    uint32_t op;  /* operation ring counter; UINT32_MAX: no operation */
+    uint32_t idx; /* DATA: fragment index; FINAL: the operation's nfrags */
     uint16_t wqe; /* index of the WQE's first BB */
     /* The SQ's producer index after it: its consumer index once the WQE
      * completed (no read of the WQE's size back from the SQ). */
     uint16_t wqe_next;
     uint8_t kind;      /* vqp_frag_kind_t */
     uint8_t seq_valid; /* carries a DQPLB sequence number */
+    uint16_t reserved;
 } vqp_frag_t;
 
 typedef struct vqp_pqp {

@@ -14,6 +14,15 @@
 
 #define VQP_OP(_vqp, _n) (&(_vqp)->ops[(_n) & (_vqp)->op_mask])
 
+/* The DQPLB sequence number of fragment @a f: an operation's fragments take
+ * consecutive numbers from first_seq, and its FINAL the one after them
+ * (idx = nfrags), so the record need not keep it. */
+static UCS_F_ALWAYS_INLINE uint32_t vqp_frag_seq(const vqp_t *vqp,
+                                                 const vqp_frag_t *f)
+{
+    return (VQP_OP(vqp, f->op)->first_seq + f->idx) & VQP_DQPLB_SEQ_MASK;
+}
+
 /* No CQ credit left for a WQE of @a pqp: its virtual QP waits on the CQ's
  * list until CQEs of any QP give credits back. Returns 0. */
 static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
@@ -146,17 +155,14 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
 /* Remember a posted WQE in its QP's fragment ring (room was checked). */
 static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
                                               uint32_t opn, uint8_t kind,
-                                              uint64_t offset, uint32_t len,
-                                              uint32_t seq, int wqe,
+                                              uint32_t idx, int wqe,
                                               int seq_valid)
 {
     vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
 
     --pqp->cdev->credits;
-    *frag = (vqp_frag_t){.offset    = offset,
-                         .op        = opn,
-                         .len       = len,
-                         .seq       = seq,
+    *frag = (vqp_frag_t){.op        = opn,
+                         .idx       = idx,
                          .wqe       = (uint16_t)wqe,
                          .wqe_next  = pqp->tx.pi,
                          .kind      = kind,
@@ -170,9 +176,10 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
 static UCS_F_ALWAYS_INLINE int vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp,
                                              const vqp_op_t *op, uint32_t opn,
                                              unsigned opcode, int dqplb,
-                                             uint64_t offset, uint32_t len,
-                                             uint32_t seq)
+                                             uint32_t idx, uint32_t seq)
 {
+    uint64_t offset   = (uint64_t)idx << vqp->frag_shift;
+    uint32_t len      = ucs_min(vqp->frag_size, op->length - offset);
     unsigned d        = pqp->dev;
     vqp_mlx5_sge_t sg = {op->laddr + offset, len, op->lkey[d]};
     uint64_t raddr    = op->raddr + offset;
@@ -189,8 +196,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp,
                                   VQP_MLX5_SIGNALED);
     }
     if (ucs_likely(ret >= 0)) {
-        vqp_frag_push(vqp, pqp, opn, VQP_FRAG_DATA, offset, len, seq, ret,
-                      dqplb);
+        vqp_frag_push(vqp, pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb);
     }
     return ret;
 }
@@ -200,14 +206,14 @@ static UCS_F_ALWAYS_INLINE int vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp,
  * format refused. The generic form, for whole operations, tails, NOPs and
  * replays; striped data goes through vqp_post_data. */
 static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
-                                  uint8_t kind, uint64_t offset, uint32_t len,
-                                  uint32_t seq)
+                                  uint8_t kind, uint32_t idx)
 {
     vqp_op_t *op      = VQP_OP(vqp, opn);
     unsigned d        = pqp->dev;
-    vqp_mlx5_sge_t sg = {op->laddr + offset, len, op->lkey[d]};
-    uint64_t raddr    = op->raddr + offset;
+    vqp_mlx5_sge_t sg = {op->laddr, 0, op->lkey[d]};
+    uint64_t raddr    = op->raddr;
     unsigned flags    = VQP_MLX5_SIGNALED;
+    uint32_t seq      = (op->first_seq + idx) & VQP_DQPLB_SEQ_MASK;
     int dqplb = (vqp->lb == VQP_LB_DQPLB) && (op->opcode == VQP_OP_WRITE_IMM);
     uint32_t payload;
     int ret;
@@ -216,11 +222,10 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     case VQP_FRAG_DATA:
         /* Replays only: cold. */
         if (op->opcode == VQP_OP_READ) {
-            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, offset, len,
-                                seq);
+            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, idx, seq);
         } else {
-            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, offset,
-                                len, seq);
+            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx,
+                                seq);
         }
         return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
     case VQP_FRAG_WHOLE:
@@ -287,7 +292,7 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     }
     /* seq_valid is fixed at post time so the completion path need not work
      * it out. */
-    vqp_frag_push(vqp, pqp, opn, kind, offset, len, seq, ret, dqplb);
+    vqp_frag_push(vqp, pqp, opn, kind, idx, ret, dqplb);
     return UCS_OK;
 }
 
@@ -298,7 +303,8 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
  * whole virtual QP is then failing anyway. */
 static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
 {
-    uint32_t imm = f->seq | VQP_DQPLB_ABORT |
+    uint32_t seq = vqp_frag_seq(vqp, f);
+    uint32_t imm = seq | VQP_DQPLB_ABORT |
                    ((f->kind == VQP_FRAG_FINAL) ? VQP_DQPLB_END : 0);
     vqp_op_t *op   = VQP_OP(vqp, f->op);
     vqp_pqp_t *pqp = NULL;
@@ -316,7 +322,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
     if (pqp == NULL) {
         ucs_warn("vqp %p: no QP to report lost sequence number %u to the"
                  " peer",
-                 vqp, f->seq);
+                 vqp, seq);
         return;
     }
     ret = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr,
@@ -324,7 +330,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
                                   VQP_MLX5_SIGNALED);
     if (ret < 0) {
         ucs_warn("vqp %p: failed to post lost sequence number %u: %s", vqp,
-                 f->seq, ucs_status_string((ucs_status_t)ret));
+                 seq, ucs_status_string((ucs_status_t)ret));
         return;
     }
     /* Tracked as a NOP of no operation so its CQE is accounted. */
@@ -384,7 +390,6 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
     uint32_t nfrags = op->nfrags;
     ucs_status_t status;
     vqp_pqp_t *pqp;
-    uint64_t offset;
     uint32_t seq;
     int ret;
 
@@ -396,10 +401,8 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
         if (pqp == NULL) {
             goto out_wait;
         }
-        offset = (uint64_t)posted << vqp->frag_shift;
-        seq    = dqplb ? vqp->send_seq : 0;
-        ret    = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, offset,
-                               ucs_min(vqp->frag_size, op->length - offset), seq);
+        seq = dqplb ? vqp->send_seq : 0;
+        ret = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, posted, seq);
         if (ucs_unlikely(ret < 0)) {
             op->posted = posted;
             if (ret == UCS_ERR_NO_RESOURCE) {
@@ -422,7 +425,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
             return 0;
         }
         status =
-            vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, 0, 0, vqp->send_seq);
+            vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, op->nfrags);
         if (status == UCS_ERR_NO_RESOURCE) {
             return 0;
         } else if (status != UCS_OK) {
@@ -483,6 +486,7 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
     --pqp->cdev->credits;
     frag            = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
     frag->op        = UINT32_MAX;
+    frag->idx       = 0;
     frag->kind      = VQP_FRAG_NOP;
     frag->seq_valid = 0;
     frag->wqe       = (uint16_t)ret;
@@ -544,8 +548,8 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         count = 0;
         for (i = 0; i < vqp->num_pqps; ++i) {
             pqp = &vqp->qps[i];
-            if (pqp->alive && (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_PROBE, 0,
-                                             0, 0) == UCS_OK)) {
+            if (pqp->alive && (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_PROBE, 0) ==
+                             UCS_OK)) {
                 ++count;
             }
         }
@@ -568,7 +572,7 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         for (i = 0; i < vqp->num_pqps; ++i) {
             pqp = &vqp->qps[i];
             if (pqp->alive && (pqp->frag_head != pqp->frag_tail) &&
-                (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_NOP, 0, 0, 0) ==
+                (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_NOP, 0) ==
                  UCS_OK)) {
                 ++count;
             }
@@ -587,7 +591,7 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
             }
             return 0;
         }
-        status = vqp_post_frag(vqp, pqp, opn, VQP_FRAG_WHOLE, 0, op->length, 0);
+        status = vqp_post_frag(vqp, pqp, opn, VQP_FRAG_WHOLE, 0);
         if (status == UCS_ERR_NO_RESOURCE) {
             return 0;
         } else if (status != UCS_OK) {
@@ -633,7 +637,7 @@ static void vqp_post_notifies(vqp_t *vqp)
             return;
         }
         status =
-            vqp_post_frag(vqp, pqp, vqp->op_notify, VQP_FRAG_NOTIFY, 0, 0, 0);
+            vqp_post_frag(vqp, pqp, vqp->op_notify, VQP_FRAG_NOTIFY, 0);
         if (status == UCS_ERR_NO_RESOURCE) {
             return;
         } else if (status != UCS_OK) {
@@ -696,8 +700,7 @@ static void vqp_dispatch(vqp_t *vqp)
                       ? vqp_pick_whole_qp(vqp, op, &dead)
                       : vqp_pick_data_qp(vqp);
             if ((pqp == NULL) ||
-                (vqp_post_frag(vqp, pqp, f->op, f->kind, f->offset, f->len,
-                               f->seq) != UCS_OK)) {
+                (vqp_post_frag(vqp, pqp, f->op, f->kind, f->idx) != UCS_OK)) {
                 break;
             }
             ++vqp->stats.frags_replayed;
@@ -851,7 +854,7 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
     op = VQP_OP(vqp, f->op);
     if (ucs_likely(status == UCS_OK)) {
         if (f->seq_valid) {
-            vqp_seq_acked(vqp, f->seq);
+            vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
         }
         --op->remaining;
         return;
@@ -886,7 +889,7 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
     if (dqplb && (vqp->fatal == UCS_OK)) {
         /* The receiver must not wait for this number forever. */
         vqp_post_hole(vqp, f);
-        vqp_seq_acked(vqp, f->seq);
+        vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
     }
     --op->remaining;
 }
@@ -930,7 +933,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
         f = &pqp->frags[head++ & pqp->frag_mask];
         if (ucs_likely(f->op != UINT32_MAX)) {
             if (f->seq_valid) {
-                vqp_seq_acked(vqp, f->seq);
+                vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
             }
             --VQP_OP(vqp, f->op)->remaining;
         }
@@ -1169,8 +1172,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
         vqp_op_fail_unposted(vqp, op, (ucs_status_t)ret);
         return 1;
     }
-    vqp_frag_push(vqp, pqp, opn, VQP_FRAG_WHOLE, 0, (uint32_t)op->length, 0,
-                  ret, 0);
+    vqp_frag_push(vqp, pqp, opn, VQP_FRAG_WHOLE, 0, ret, 0);
     op->posted      = 1;
     op->tail_posted = 1;
     return 1;
