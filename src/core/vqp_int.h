@@ -27,9 +27,12 @@
 #define VQP_DQPLB_ABORT 0x40000000u
 #define VQP_DQPLB_END   0x20000000u
 
-/* Internal operation flag next to the user's VQP_SEND_* ones: the NOPs that
- * let a fenced operation's predecessors complete were posted. */
-#define VQP_OP_FENCE_ARMED 0x80u
+/* Internal operation flags next to the user's VQP_SEND_* ones. */
+#define VQP_OP_FENCE_ARMED                                                 \
+    0x80u                        /* the NOPs that let a fenced operation's \
+                                  * predecessors complete were posted */
+#define VQP_OP_STRIPED     0x40u /* cut into fragments over the data QPs */
+#define VQP_OP_TAIL_POSTED 0x20u /* notify / final / NOPs posted */
 
 typedef enum vqp_frag_kind {
     VQP_FRAG_DATA,   /* one fragment of a striped WRITE / WRITE_IMM / READ */
@@ -92,15 +95,16 @@ typedef struct vqp_pqp {
     uint32_t qpn;
 } vqp_pqp_t;
 
+/* An operation: one cache line, written once by the post and read by its
+ * fragments' completions and the report. What only some operations need is
+ * in vqp_op_ext_t. */
 typedef struct vqp_op {
     uint64_t wr_id;
     uint64_t laddr;
     uint64_t length;
     uint64_t raddr;
-    uint64_t compare_add;
-    uint64_t swap;
-    uint32_t lkey[VQP_MAX_DEVS];
-    uint32_t rkey[VQP_MAX_DEVS];
+    uint32_t lkey; /* the first device's; the others' in vqp_op_ext_t */
+    uint32_t rkey;
     uint32_t remaining; /* WQEs still to complete (posted or not) */
     uint32_t nfrags;    /* data fragments in all */
     uint32_t posted;    /* data fragments posted */
@@ -108,10 +112,17 @@ typedef struct vqp_op {
     uint32_t imm;
     ucs_status_t status; /* first error */
     uint8_t opcode;      /* vqp_opcode_t */
-    uint8_t flags;       /* VQP_SEND_* */
-    uint8_t striped;
-    uint8_t tail_posted; /* notify / final / NOPs posted */
-} vqp_op_t;
+    uint8_t flags;       /* VQP_SEND_* and VQP_OP_* */
+} UCS_V_ALIGNED(64) vqp_op_t;
+
+/* The rest of an operation, same index: atomics' operands, and the keys of
+ * devices after the first. */
+typedef struct vqp_op_ext {
+    uint64_t compare_add;
+    uint64_t swap;
+    uint32_t lkey[VQP_MAX_DEVS - 1];
+    uint32_t rkey[VQP_MAX_DEVS - 1];
+} vqp_op_ext_t;
 
 /* A bounded ring of 32-bit counters' worth of entries. */
 #define VQP_RING_COUNT(_head, _tail) ((uint32_t)((_tail) - (_head)))
@@ -134,6 +145,7 @@ struct vqp {
     /* Operations: [head, disp) dispatched, [disp, tail) waiting;
      * notify: SPRAY cursor of the next notify to post, in order. */
     vqp_op_t *ops;
+    vqp_op_ext_t *op_ext;
     uint32_t op_mask;
     uint32_t op_head;
     uint32_t op_disp;

@@ -12,7 +12,23 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 
-#define VQP_OP(_vqp, _n) (&(_vqp)->ops[(_n) & (_vqp)->op_mask])
+#define VQP_OP(_vqp, _n)     (&(_vqp)->ops[(_n) & (_vqp)->op_mask])
+#define VQP_OP_EXT(_vqp, _n) (&(_vqp)->op_ext[(_n) & (_vqp)->op_mask])
+
+/* An operation's keys on device @a d (its QP's). */
+static UCS_F_ALWAYS_INLINE uint32_t vqp_op_lkey(const vqp_t *vqp,
+                                                const vqp_op_t *op, unsigned d)
+{
+    return ucs_likely(d == 0) ? op->lkey
+                              : vqp->op_ext[op - vqp->ops].lkey[d - 1];
+}
+
+static UCS_F_ALWAYS_INLINE uint32_t vqp_op_rkey(const vqp_t *vqp,
+                                                const vqp_op_t *op, unsigned d)
+{
+    return ucs_likely(d == 0) ? op->rkey
+                              : vqp->op_ext[op - vqp->ops].rkey[d - 1];
+}
 
 /* The DQPLB sequence number of fragment @a f: an operation's fragments take
  * consecutive numbers from first_seq, and its FINAL the one after them
@@ -90,7 +106,7 @@ static int vqp_post_atomic(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     const vqp_op_t *op = VQP_OP(vqp, opn);
     unsigned d         = pqp->dev;
     unsigned size      = (unsigned)op->length;
-    uint64_t v         = op->compare_add;
+    uint64_t v         = VQP_OP_EXT(vqp, opn)->compare_add;
     vqp_mlx5_sge_t sg  = {(uintptr_t)&vqp->atomic_res[opn & vqp->op_mask], size,
                           vqp->atomic_lkey[d]};
     const uint8_t mcs  = MLX5_OPCODE_ATOMIC_MASKED_CS;
@@ -100,32 +116,36 @@ static int vqp_post_atomic(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     case VQP_OP_ATOMIC_FA:
         if (size == sizeof(uint64_t)) {
             return vqp_mlx5_post_atomic_fa(&pqp->tx, &sg, op->raddr,
-                                           op->rkey[d], v, flags);
+                                           vqp_op_rkey(vqp, op, d), v, flags);
         }
         return vqp_mlx5_post_masked_atomic(&pqp->tx, mfa, size, &sg, op->raddr,
-                                           op->rkey[d], v, 0, 0, 0, flags);
+                                           vqp_op_rkey(vqp, op, d), v, 0, 0, 0,
+                                           flags);
     case VQP_OP_ATOMIC_CS:
         if (size == sizeof(uint64_t)) {
             return vqp_mlx5_post_atomic_cs(&pqp->tx, &sg, op->raddr,
-                                           op->rkey[d], v, op->swap, flags);
+                                           vqp_op_rkey(vqp, op, d), v,
+                                           VQP_OP_EXT(vqp, opn)->swap, flags);
         }
-        return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
-                                           op->rkey[d], op->swap, v, UINT64_MAX,
-                                           UINT64_MAX, flags);
+        return vqp_mlx5_post_masked_atomic(
+            &pqp->tx, mcs, size, &sg, op->raddr, vqp_op_rkey(vqp, op, d),
+            VQP_OP_EXT(vqp, opn)->swap, v, UINT64_MAX, UINT64_MAX, flags);
     case VQP_OP_ATOMIC_SWAP:
         return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
-                                           op->rkey[d], v, 0, UINT64_MAX, 0,
-                                           flags);
+                                           vqp_op_rkey(vqp, op, d), v, 0,
+                                           UINT64_MAX, 0, flags);
     case VQP_OP_ATOMIC_AND:
         return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
-                                           op->rkey[d], v, 0, ~v, 0, flags);
+                                           vqp_op_rkey(vqp, op, d), v, 0, ~v, 0,
+                                           flags);
     case VQP_OP_ATOMIC_OR:
         return vqp_mlx5_post_masked_atomic(&pqp->tx, mcs, size, &sg, op->raddr,
-                                           op->rkey[d], v, 0, v, 0, flags);
+                                           vqp_op_rkey(vqp, op, d), v, 0, v, 0,
+                                           flags);
     default: /* VQP_OP_ATOMIC_XOR */
         return vqp_mlx5_post_masked_atomic(&pqp->tx, mfa, size, &sg, op->raddr,
-                                           op->rkey[d], v, UINT64_MAX, 0, 0,
-                                           flags);
+                                           vqp_op_rkey(vqp, op, d), v,
+                                           UINT64_MAX, 0, 0, flags);
     }
 }
 
@@ -181,19 +201,20 @@ static UCS_F_ALWAYS_INLINE int vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp,
     uint64_t offset   = (uint64_t)idx << vqp->frag_shift;
     uint32_t len      = ucs_min(vqp->frag_size, op->length - offset);
     unsigned d        = pqp->dev;
-    vqp_mlx5_sge_t sg = {op->laddr + offset, len, op->lkey[d]};
+    vqp_mlx5_sge_t sg = {op->laddr + offset, len, vqp_op_lkey(vqp, op, d)};
     uint64_t raddr    = op->raddr + offset;
     int ret;
 
     if (opcode == VQP_OP_READ) {
-        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, op->rkey[d],
-                                 VQP_MLX5_SIGNALED);
+        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr,
+                                 vqp_op_rkey(vqp, op, d), VQP_MLX5_SIGNALED);
     } else if (dqplb) {
-        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, op->rkey[d],
-                                      htobe32(seq), VQP_MLX5_SIGNALED);
+        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr,
+                                      vqp_op_rkey(vqp, op, d), htobe32(seq),
+                                      VQP_MLX5_SIGNALED);
     } else {
-        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, op->rkey[d],
-                                  VQP_MLX5_SIGNALED);
+        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr,
+                                  vqp_op_rkey(vqp, op, d), VQP_MLX5_SIGNALED);
     }
     if (ucs_likely(ret >= 0)) {
         vqp_frag_push(vqp, pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb);
@@ -210,7 +231,7 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
 {
     vqp_op_t *op      = VQP_OP(vqp, opn);
     unsigned d        = pqp->dev;
-    vqp_mlx5_sge_t sg = {op->laddr, 0, op->lkey[d]};
+    vqp_mlx5_sge_t sg = {op->laddr, 0, vqp_op_lkey(vqp, op, d)};
     uint64_t raddr    = op->raddr;
     unsigned flags    = VQP_MLX5_SIGNALED;
     uint32_t seq      = (op->first_seq + idx) & VQP_DQPLB_SEQ_MASK;
@@ -224,8 +245,8 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
         if (op->opcode == VQP_OP_READ) {
             ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, idx, seq);
         } else {
-            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx,
-                                seq);
+            ret =
+                vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx, seq);
         }
         return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
     case VQP_FRAG_WHOLE:
@@ -238,16 +259,17 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
         }
         switch (op->opcode) {
         case VQP_OP_WRITE:
-            ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, op->rkey[d],
-                                      flags);
+            ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr,
+                                      vqp_op_rkey(vqp, op, d), flags);
             break;
         case VQP_OP_WRITE_IMM:
-            ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, op->rkey[d],
+            ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr,
+                                          vqp_op_rkey(vqp, op, d),
                                           htobe32(op->imm), flags);
             break;
         case VQP_OP_READ:
-            ret =
-                vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, op->rkey[d], flags);
+            ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr,
+                                     vqp_op_rkey(vqp, op, d), flags);
             break;
         case VQP_OP_SEND:
             ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
@@ -263,8 +285,9 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
         dqplb = 0;
         break;
     case VQP_FRAG_NOTIFY:
-        ret = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr, op->rkey[d],
-                                      htobe32(op->imm), flags);
+        ret   = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr,
+                                        vqp_op_rkey(vqp, op, d), htobe32(op->imm),
+                                        flags);
         dqplb = 0;
         break;
     case VQP_FRAG_FINAL:
@@ -326,11 +349,11 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
         return;
     }
     ret = vqp_mlx5_post_write_imm(&pqp->tx, NULL, 0, op->raddr,
-                                  op->rkey[pqp->dev], htobe32(imm),
+                                  vqp_op_rkey(vqp, op, pqp->dev), htobe32(imm),
                                   VQP_MLX5_SIGNALED);
     if (ret < 0) {
-        ucs_warn("vqp %p: failed to post lost sequence number %u: %s", vqp,
-                 seq, ucs_status_string((ucs_status_t)ret));
+        ucs_warn("vqp %p: failed to post lost sequence number %u: %s", vqp, seq,
+                 ucs_status_string((ucs_status_t)ret));
         return;
     }
     /* Tracked as a NOP of no operation so its CQE is accounted. */
@@ -369,13 +392,14 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_seq_next(vqp_t *vqp)
 
 static void vqp_op_fail_unposted(vqp_t *vqp, vqp_op_t *op, ucs_status_t status)
 {
-    uint32_t unposted = op->nfrags - op->posted + !op->tail_posted;
+    uint32_t unposted =
+        op->nfrags - op->posted + !(op->flags & VQP_OP_TAIL_POSTED);
 
     if (op->status == UCS_OK) {
         op->status = status;
     }
-    op->posted      = op->nfrags;
-    op->tail_posted = 1;
+    op->posted = op->nfrags;
+    op->flags |= VQP_OP_TAIL_POSTED;
     op->remaining -= ucs_min(unposted, op->remaining);
 }
 
@@ -420,12 +444,11 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
     }
     op->posted = posted;
 
-    if (dqplb && !op->tail_posted) {
+    if (dqplb && !(op->flags & VQP_OP_TAIL_POSTED)) {
         if (!vqp_seq_room(vqp) || ((pqp = vqp_pick_data_qp(vqp)) == NULL)) {
             return 0;
         }
-        status =
-            vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, op->nfrags);
+        status = vqp_post_frag(vqp, pqp, opn, VQP_FRAG_FINAL, op->nfrags);
         if (status == UCS_ERR_NO_RESOURCE) {
             return 0;
         } else if (status != UCS_OK) {
@@ -433,7 +456,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
             return 1;
         }
         vqp_seq_next(vqp);
-        op->tail_posted = 1;
+        op->flags |= VQP_OP_TAIL_POSTED;
     }
     return 1;
 
@@ -548,13 +571,13 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         count = 0;
         for (i = 0; i < vqp->num_pqps; ++i) {
             pqp = &vqp->qps[i];
-            if (pqp->alive && (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_PROBE, 0) ==
-                             UCS_OK)) {
+            if (pqp->alive &&
+                (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_PROBE, 0) == UCS_OK)) {
                 ++count;
             }
         }
-        op->remaining   = count;
-        op->tail_posted = 1;
+        op->remaining = count;
+        op->flags |= VQP_OP_TAIL_POSTED;
         return 1;
     }
 
@@ -572,17 +595,16 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         for (i = 0; i < vqp->num_pqps; ++i) {
             pqp = &vqp->qps[i];
             if (pqp->alive && (pqp->frag_head != pqp->frag_tail) &&
-                (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_NOP, 0) ==
-                 UCS_OK)) {
+                (vqp_post_frag(vqp, pqp, opn, VQP_FRAG_NOP, 0) == UCS_OK)) {
                 ++count;
             }
         }
-        op->remaining   = count;
-        op->tail_posted = 1;
+        op->remaining = count;
+        op->flags |= VQP_OP_TAIL_POSTED;
         return 1;
     }
 
-    if (!op->striped) {
+    if (!(op->flags & VQP_OP_STRIPED)) {
         pqp = vqp_pick_whole_qp(vqp, op, &dead);
         if (pqp == NULL) {
             if (dead) {
@@ -598,8 +620,8 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
             vqp_op_fail_unposted(vqp, op, status);
             return 1;
         }
-        op->posted      = 1;
-        op->tail_posted = 1;
+        op->posted = 1;
+        op->flags |= VQP_OP_TAIL_POSTED;
         return 1;
     }
 
@@ -620,8 +642,8 @@ static void vqp_post_notifies(vqp_t *vqp)
 
     for (; vqp->op_notify != vqp->op_disp; ++vqp->op_notify) {
         op = VQP_OP(vqp, vqp->op_notify);
-        if (!op->striped || (op->opcode != VQP_OP_WRITE_IMM) ||
-            op->tail_posted) {
+        if (!(op->flags & VQP_OP_STRIPED) || (op->opcode != VQP_OP_WRITE_IMM) ||
+            (op->flags & VQP_OP_TAIL_POSTED)) {
             continue;
         }
         if (op->remaining > 1) {
@@ -636,15 +658,14 @@ static void vqp_post_notifies(vqp_t *vqp)
         if (!vqp_pqp_has_room(pqp)) {
             return;
         }
-        status =
-            vqp_post_frag(vqp, pqp, vqp->op_notify, VQP_FRAG_NOTIFY, 0);
+        status = vqp_post_frag(vqp, pqp, vqp->op_notify, VQP_FRAG_NOTIFY, 0);
         if (status == UCS_ERR_NO_RESOURCE) {
             return;
         } else if (status != UCS_OK) {
             vqp_op_fail_unposted(vqp, op, status);
             continue;
         }
-        op->tail_posted = 1;
+        op->flags |= VQP_OP_TAIL_POSTED;
     }
 }
 
@@ -1136,7 +1157,8 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
                                                    vqp_op_t *op, uint32_t opn)
 {
     unsigned d        = pqp->dev;
-    vqp_mlx5_sge_t sg = {op->laddr, (uint32_t)op->length, op->lkey[d]};
+    vqp_mlx5_sge_t sg = {op->laddr, (uint32_t)op->length,
+                         vqp_op_lkey(vqp, op, d)};
     unsigned flags = ((op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0) |
                      ((op->flags & VQP_SEND_INLINE) ? VQP_MLX5_INLINE : 0);
     int ret;
@@ -1147,12 +1169,12 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
     }
     switch (op->opcode) {
     case VQP_OP_WRITE:
-        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, op->raddr, op->rkey[d],
-                                  flags);
+        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, op->raddr,
+                                  vqp_op_rkey(vqp, op, d), flags);
         break;
     case VQP_OP_READ:
-        ret =
-            vqp_mlx5_post_read(&pqp->tx, &sg, 1, op->raddr, op->rkey[d], flags);
+        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, op->raddr,
+                                 vqp_op_rkey(vqp, op, d), flags);
         break;
     case VQP_OP_SEND: /* inline only (vqp_inline_fast) */
         ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
@@ -1161,8 +1183,9 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
         ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm), flags);
         break;
     default: /* VQP_OP_WRITE_IMM */
-        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, op->raddr, op->rkey[d],
-                                      htobe32(op->imm), flags);
+        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, op->raddr,
+                                      vqp_op_rkey(vqp, op, d), htobe32(op->imm),
+                                      flags);
         break;
     }
     if (ucs_unlikely(ret < 0)) {
@@ -1173,8 +1196,8 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
         return 1;
     }
     vqp_frag_push(vqp, pqp, opn, VQP_FRAG_WHOLE, 0, ret, 0);
-    op->posted      = 1;
-    op->tail_posted = 1;
+    op->posted = 1;
+    op->flags |= VQP_OP_TAIL_POSTED;
     return 1;
 }
 
@@ -1183,21 +1206,25 @@ static UCS_F_ALWAYS_INLINE vqp_op_t *vqp_op_fill(vqp_t *vqp,
                                                  const vqp_send_wr_t *wr)
 {
     vqp_op_t *op = VQP_OP(vqp, vqp->op_tail);
+    vqp_op_ext_t *ext;
 
     op->wr_id  = wr->wr_id;
     op->laddr  = wr->local_addr;
     op->length = wr->length;
     op->raddr  = wr->remote_addr;
-    /* Fixed size: a few moves instead of a memcpy call for num_devs. */
-    memcpy(op->lkey, wr->lkey, sizeof(op->lkey));
-    memcpy(op->rkey, wr->rkey, sizeof(op->rkey));
-    op->imm         = wr->imm;
-    op->status      = UCS_OK;
-    op->opcode      = wr->opcode;
-    op->flags       = wr->flags;
-    op->posted      = 0;
-    op->tail_posted = 0;
-    op->first_seq   = 0;
+    op->lkey   = wr->lkey[0];
+    op->rkey   = wr->rkey[0];
+    if (ucs_unlikely(vqp->cq->num_devs > 1)) {
+        ext = VQP_OP_EXT(vqp, vqp->op_tail);
+        memcpy(ext->lkey, &wr->lkey[1], sizeof(ext->lkey));
+        memcpy(ext->rkey, &wr->rkey[1], sizeof(ext->rkey));
+    }
+    op->imm       = wr->imm;
+    op->status    = UCS_OK;
+    op->opcode    = wr->opcode;
+    op->flags     = wr->flags;
+    op->posted    = 0;
+    op->first_seq = 0;
     return op;
 }
 
@@ -1213,11 +1240,10 @@ static UCS_F_ALWAYS_INLINE int vqp_op_stripes(const vqp_t *vqp, unsigned opcode,
 
 static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op)
 {
-    op->striped = 1;
+    op->flags = (op->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED;
     op->nfrags =
         (op->length == 0) ? 1 : ((op->length - 1) >> vqp->frag_shift) + 1;
     op->remaining = op->nfrags + (op->opcode == VQP_OP_WRITE_IMM);
-    op->flags &= ~VQP_SEND_INLINE;
 }
 
 /* Every check and case: inline data, fences, flushes, SENDs and atomics,
@@ -1283,18 +1309,16 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
 
     op = vqp_op_fill(vqp, wr);
     if (vqp_opcode_is_atomic(wr->opcode)) {
-        op->compare_add = wr->compare_add;
-        op->swap        = wr->swap;
+        VQP_OP_EXT(vqp, vqp->op_tail)->compare_add = wr->compare_add;
+        VQP_OP_EXT(vqp, vqp->op_tail)->swap        = wr->swap;
     }
     if ((wr->opcode == VQP_OP_FLUSH) || (wr->opcode == VQP_OP_PROBE)) {
-        op->striped   = 0;
         op->nfrags    = 0;
         op->remaining = 1; /* set to the WQE count at dispatch */
     } else if ((wr->opcode <= VQP_OP_READ) &&
                vqp_op_stripes(vqp, wr->opcode, wr->length)) {
         vqp_op_set_striped(vqp, op);
     } else {
-        op->striped   = 0;
         op->nfrags    = 1;
         op->remaining = 1;
     }
@@ -1355,7 +1379,6 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
             vqp->op_disp += vqp_dispatch_op(vqp, opn);
         }
     } else {
-        op->striped   = 0;
         op->nfrags    = 1;
         op->remaining = 1;
         if (ucs_likely(inl || vqp_pqp_has_room(vqp->send_qp))) {

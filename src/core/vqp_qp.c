@@ -87,6 +87,23 @@ static void *vqp_ring_alloc(uint32_t count, size_t elem, uint32_t *mask_p,
     return ring;
 }
 
+/* vqp_ring_alloc with entries aligned to a cache line. */
+static void *vqp_ring_alloc_aligned(uint32_t count, size_t elem,
+                                    uint32_t *mask_p, const char *name)
+{
+    uint32_t size = ucs_roundup_pow2(ucs_max(count, (uint32_t)2));
+    void *ring;
+
+    if (ucs_posix_memalign(&ring, UCS_SYS_CACHE_LINE_SIZE, (size_t)size * elem,
+                           name) != 0) {
+        ucs_error("vqp: out of memory for %u %s entries", size, name);
+        return NULL;
+    }
+    memset(ring, 0, (size_t)size * elem);
+    *mask_p = size - 1;
+    return ring;
+}
+
 static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
                                    unsigned i)
 {
@@ -265,6 +282,7 @@ static void vqp_free(vqp_t *vqp)
     ucs_free(vqp->atomic_res);
     ucs_free(vqp->qps);
     ucs_free(vqp->ops);
+    ucs_free(vqp->op_ext);
     ucs_free(vqp->replay);
     ucs_free(vqp->send_acked);
     ucs_free(vqp->win_state);
@@ -319,8 +337,11 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     win              = 2 * vqp->send_window;
 
     vqp->qps = ucs_calloc(vqp->num_pqps, sizeof(*vqp->qps), "vqp_qps");
-    vqp->ops = vqp_ring_alloc(params->max_ops, sizeof(*vqp->ops), &vqp->op_mask,
-                              "vqp_ops");
+    /* One cache line per operation record. */
+    vqp->ops    = vqp_ring_alloc_aligned(params->max_ops, sizeof(*vqp->ops),
+                                         &vqp->op_mask, "vqp_ops");
+    vqp->op_ext = vqp_ring_alloc(params->max_ops, sizeof(*vqp->op_ext), &mask,
+                                 "vqp_op_ext");
     /* Replays come from posted WQEs: at most every data QP's ring and the
      * send QP's. */
     vqp->replay = vqp_ring_alloc(
@@ -335,10 +356,11 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
         vqp_ring_alloc(win + params->max_recvs, 1, &mask, "vqp_arrived_failed");
     vqp->nrecv_wr_id = vqp_ring_alloc(params->max_recvs, sizeof(uint64_t),
                                       &vqp->nrecv_mask, "vqp_nrecv");
-    if ((vqp->qps == NULL) || (vqp->ops == NULL) || (vqp->replay == NULL) ||
-        (vqp->send_acked == NULL) || (vqp->win_state == NULL) ||
-        (vqp->win_imm == NULL) || (vqp->arrived_imm == NULL) ||
-        (vqp->arrived_failed == NULL) || (vqp->nrecv_wr_id == NULL)) {
+    if ((vqp->qps == NULL) || (vqp->ops == NULL) || (vqp->op_ext == NULL) ||
+        (vqp->replay == NULL) || (vqp->send_acked == NULL) ||
+        (vqp->win_state == NULL) || (vqp->win_imm == NULL) ||
+        (vqp->arrived_imm == NULL) || (vqp->arrived_failed == NULL) ||
+        (vqp->nrecv_wr_id == NULL)) {
         status = UCS_ERR_NO_MEMORY;
         goto err;
     }

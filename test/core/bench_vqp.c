@@ -87,7 +87,8 @@ static struct {
     unsigned rounds;
     unsigned round_ops; /* operations per timed round at least */
     unsigned only[3];   /* --only N,K,F: one configuration (0: all) */
-} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 7, 16384, {0, 0, 0}};
+    int cb; /* completions by callback, as the UCT transport takes them */
+} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 7, 16384, {0, 0, 0}, 0};
 
 static FILE *out_file;
 
@@ -455,7 +456,7 @@ static uint32_t qp_cap(unsigned num_qps, unsigned max_ops)
 }
 
 static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
-                             uint64_t frag_size)
+                             uint64_t frag_size, vqp_comp_cb_t cb, void *arg)
 {
     char addr_a[64 * 1024], addr_b[64 * 1024];
     vqp_params_t params;
@@ -472,13 +473,17 @@ static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
     params.max_ops          = MAX_OPS;
     cq_open(a, CQ_ENTRIES);
     cq_open(b, CQ_ENTRIES);
-    params.cq = a->cq;
-    status    = vqp_create(&params, &a->vqp);
+    params.cq       = a->cq;
+    params.comp_cb  = cb;
+    params.comp_arg = arg;
+    status          = vqp_create(&params, &a->vqp);
     if (status != UCS_OK) {
         die("vqp_create(N=%u): %s", num_qps, ucs_status_string(status));
     }
-    params.cq = b->cq;
-    status    = vqp_create(&params, &b->vqp);
+    params.cq       = b->cq;
+    params.comp_cb  = NULL;
+    params.comp_arg = NULL;
+    status          = vqp_create(&params, &b->vqp);
     if (status != UCS_OK) {
         die("vqp_create(N=%u): %s", num_qps, ucs_status_string(status));
     }
@@ -506,7 +511,19 @@ typedef struct core_run {
     uint64_t next_id;   /* wr_id of the next post */
     uint64_t expect_id; /* wr_id of the next completion */
     unsigned wqes;      /* WQEs posted by the last cycle */
+    unsigned got;       /* --cb: completions of the current cycle */
+    unsigned bad;       /* --cb: out of order or failed */
 } core_run_t;
+
+/* --cb: what a completion callback must do at least (the transport's looks
+ * up the user's completion from wr_id the same way). */
+static void core_comp_cb(void *arg, const vqp_wc_t *wc)
+{
+    core_run_t *r = arg;
+
+    r->bad |= (wc->wr_id != r->expect_id++) | (wc->status != UCS_OK);
+    ++r->got;
+}
 
 static void core_cycle(core_run_t *r, unsigned ops, phase_t *post,
                        phase_t *comp)
@@ -540,13 +557,24 @@ static void core_cycle(core_run_t *r, unsigned ops, phase_t *post,
     device_stopped = 1;
     allocs0        = alloc_calls;
     phase_begin(comp);
-    for (got = 0, idle = 0; (got < ops) && (idle < IDLE_POLLS);) {
-        n = vqp_cq_poll(r->a->cq, wcs, POLL_BATCH);
-        for (i = 0; i < n; ++i) {
-            bad |= (wcs[i].wr_id != r->expect_id++) | (wcs[i].status != UCS_OK);
+    if (opt.cb) {
+        r->got = 0;
+        for (idle = 0; (r->got < ops) && (idle < IDLE_POLLS);) {
+            n    = vqp_cq_progress(r->a->cq);
+            idle = (n == 0) ? idle + 1 : 0;
         }
-        got += n;
-        idle = (n == 0) ? idle + 1 : 0;
+        got = r->got;
+        bad = r->bad;
+    } else {
+        for (got = 0, idle = 0; (got < ops) && (idle < IDLE_POLLS);) {
+            n = vqp_cq_poll(r->a->cq, wcs, POLL_BATCH);
+            for (i = 0; i < n; ++i) {
+                bad |= (wcs[i].wr_id != r->expect_id++) |
+                       (wcs[i].status != UCS_OK);
+            }
+            got += n;
+            idle = (n == 0) ? idle + 1 : 0;
+        }
     }
     phase_end(comp, allocs0);
     device_stopped = 0;
@@ -916,14 +944,15 @@ static void run_num_qps(unsigned num_qps)
     side_open(&b, opt.op_bytes);
 
     for (fi = 0; fi < ucs_static_array_size(frags_list); ++fi) {
-        core_pair_create(&a, &b, num_qps, opt.op_bytes / frags_list[fi]);
+        core_pair_create(&a, &b, num_qps, opt.op_bytes / frags_list[fi],
+                         opt.cb ? core_comp_cb : NULL, &run);
         if ((fi == 0) && !opt.insn) {
             idle = idle_progress_ns(a.dev);
             json("{\"bench\":\"core\",\"metric\":\"idle_device_progress_"
                  "ns\",\"n\":%u,\"pqps\":%u,\"ns\":%.1f}",
                  num_qps, a.vqp->num_pqps, idle);
         }
-        memset(&run, 0, sizeof(run));
+        memset(&run, 0, sizeof(run)); /* after: the callback's argument */
         run.a              = &a;
         run.b              = &b;
         run.wr.opcode      = VQP_OP_WRITE;
@@ -1110,11 +1139,14 @@ static void run_memory(void)
 static void usage(void)
 {
     printf("usage: bench_vqp [--out FILE] [--quick] [--op-bytes B]"
-           " [--only N,K,F] [--insn --cg-out FILE]\n"
+           " [--only N,K,F] [--cb] [--insn --cg-out FILE]\n"
            "  --out FILE    append one JSON line per configuration\n"
            "  --quick       fewer configurations and rounds\n"
            "  --op-bytes B  bytes per operation (default %u)\n"
            "  --only N,K,F  one configuration: QPs, operations, fragments\n"
+           "  --cb          completions by callback (as the UCT transport"
+           " takes them),\n"
+           "                not by vqp_cq_poll\n"
            "  --insn        count instructions (run under valgrind"
            " --tool=callgrind\n"
            "                --collect-atstart=no --callgrind-out-file=FILE)\n",
@@ -1130,6 +1162,7 @@ int main(int argc, char **argv)
         {"insn", no_argument, NULL, 'i'},
         {"cg-out", required_argument, NULL, 'c'},
         {"only", required_argument, NULL, 'n'},
+        {"cb", no_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     vqp_dev_attr_t attr;
@@ -1137,7 +1170,8 @@ int main(int argc, char **argv)
     unsigned i;
     int c;
 
-    while ((c = getopt_long(argc, argv, "o:qb:ic:n:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:qb:ic:n:kh", longopts, NULL)) !=
+           -1) {
         switch (c) {
         case 'o':
             opt.out = optarg;
@@ -1152,6 +1186,9 @@ int main(int argc, char **argv)
             break;
         case 'i':
             opt.insn = 1;
+            break;
+        case 'k':
+            opt.cb = 1;
             break;
         case 'c':
             opt.cg_out = optarg;
