@@ -78,6 +78,10 @@ typedef struct vqp_pqp {
     uint32_t frag_head;
     uint32_t frag_tail;
     uint32_t frag_mask;
+    /* Entries a post may fill: the ring's size while alive, 0 once dead, so
+     * one comparison tells both. */
+    uint32_t frag_limit;
+    struct vqp_pqp *rr_next; /* the data QP after it in round-robin order */
     uint8_t alive;
     uint8_t role;       /* vqp_qp_role_t */
     ucs_status_t error; /* why it died */
@@ -133,7 +137,7 @@ struct vqp {
     unsigned num_qps;     /* data QPs */
     unsigned num_pqps;    /* all physical QPs */
     unsigned alive;       /* data QPs alive */
-    unsigned rr;          /* round-robin cursor over data QPs */
+    vqp_pqp_t *rr_qp;     /* round robin: the data QP to try first */
     vqp_pqp_t *send_qp;   /* SEND, atomics, unstriped ops, user recvs */
     vqp_pqp_t *notify_qp; /* SPRAY only */
     vqp_lb_t lb;

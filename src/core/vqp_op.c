@@ -56,8 +56,7 @@ static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
 
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
 {
-    return pqp->alive &&
-           (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <= pqp->frag_mask) &&
+    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
            (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
            (ucs_likely(pqp->cdev->credits > 0) || vqp_credit_short(pqp));
 }
@@ -66,27 +65,37 @@ static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
  * it may use the entries reserved per QP for that. */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_cover_room(const vqp_pqp_t *pqp)
 {
-    return pqp->alive &&
-           (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <= pqp->frag_mask) &&
+    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
            (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
            (pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0);
+}
+
+/* The round-robin cursor's QP is full or dead: the next one with room. */
+static UCS_F_NOINLINE vqp_pqp_t *vqp_pick_data_qp_slow(vqp_t *vqp)
+{
+    vqp_pqp_t *pqp = vqp->rr_qp;
+    unsigned i;
+
+    for (i = 1; i < vqp->num_qps; ++i) {
+        pqp = pqp->rr_next;
+        if (vqp_pqp_has_room(pqp)) {
+            vqp->rr_qp = pqp->rr_next;
+            return pqp;
+        }
+    }
+    return NULL;
 }
 
 /* Round robin over the data QPs that are alive and have room. */
 static UCS_F_ALWAYS_INLINE vqp_pqp_t *vqp_pick_data_qp(vqp_t *vqp)
 {
-    unsigned i, idx = vqp->rr;
-    vqp_pqp_t *pqp;
+    vqp_pqp_t *pqp = vqp->rr_qp;
 
-    for (i = 0; i < vqp->num_qps; ++i) {
-        pqp = &vqp->qps[idx];
-        idx = (idx + 1 == vqp->num_qps) ? 0 : idx + 1;
-        if (vqp_pqp_has_room(pqp)) {
-            vqp->rr = idx;
-            return pqp;
-        }
+    if (ucs_likely(vqp_pqp_has_room(pqp))) {
+        vqp->rr_qp = pqp->rr_next;
+        return pqp;
     }
-    return NULL;
+    return vqp_pick_data_qp_slow(vqp);
 }
 
 static UCS_F_ALWAYS_INLINE int vqp_opcode_is_atomic(unsigned opcode)
@@ -838,8 +847,9 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     if (!pqp->alive) {
         return;
     }
-    pqp->alive = 0;
-    pqp->error = status;
+    pqp->alive      = 0;
+    pqp->frag_limit = 0;
+    pqp->error      = status;
     if (pqp->role == VQP_ROLE_DATA) {
         --vqp->alive;
     }

@@ -147,6 +147,10 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
 
     pqp->frags = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
                                 "vqp_frags");
+    pqp->frag_limit = pqp->frag_mask + 1;
+    pqp->rr_next    = (i >= vqp->num_qps)       ? NULL
+                      : (i + 1 == vqp->num_qps) ? &vqp->qps[0]
+                                                : &vqp->qps[i + 1];
     if ((pqp == vqp->send_qp) && (rq != 0)) { /* the user's receives */
         pqp->rx_wr_id = ucs_calloc(ucs_roundup_pow2((uint32_t)rq),
                                    sizeof(uint64_t), "vqp_rx_wr_id");
@@ -375,6 +379,7 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
                          ? &vqp->qps[vqp->num_qps]
                          : NULL;
 
+    vqp->rr_qp = &vqp->qps[0];
     for (i = 0; i < vqp->num_pqps; ++i) {
         status = vqp_pqp_create(vqp, params, i);
         if (status != UCS_OK) {
