@@ -218,7 +218,10 @@ struct vqp {
     int rx_starved;  /* a core RQ stopped short (arrived ring full) */
     int credit_wait; /* on the CQ's list of QPs waiting for CQ credits */
     int peer_no_imm; /* the peer posts no receives for WRITE_IMM */
-    int imm_slow;    /* WRITE_IMM takes the slow path (SPRAY, no_imm) */
+    /* Bit per opcode vqp_post_send's fast path takes: WRITE and READ, and
+     * WRITE_IMM unless SPRAY or the peer takes no notifications; none until
+     * connected or once fatal is set. */
+    uint32_t fast_ops;
     ucs_list_link_t cq_list;     /* the CQ's virtual QPs */
     ucs_list_link_t credit_list; /* waiting for CQ credits */
     vqp_stats_t stats;

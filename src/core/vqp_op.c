@@ -860,7 +860,8 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     vqp_dev_qp_set_error(pqp->dev_qp);
 
     if (vqp->alive == 0) {
-        vqp->fatal = status;
+        vqp->fatal    = status;
+        vqp->fast_ops = 0;
         /* Replays have nowhere to go: their operations fail now. */
         while (vqp->replay_head != vqp->replay_tail) {
             f  = &vqp->replay[vqp->replay_head++ & vqp->replay_mask];
@@ -1272,7 +1273,8 @@ static UCS_F_ALWAYS_INLINE int vqp_inline_room(const vqp_t *vqp, unsigned flags)
 static UCS_F_ALWAYS_INLINE int vqp_inline_fast(const vqp_t *vqp,
                                                const vqp_send_wr_t *wr)
 {
-    return ((wr->opcode == VQP_OP_WRITE) || (wr->opcode == VQP_OP_SEND) ||
+    return (vqp->fast_ops != 0) &&
+           ((wr->opcode == VQP_OP_WRITE) || (wr->opcode == VQP_OP_SEND) ||
             (wr->opcode == VQP_OP_SEND_IMM)) &&
            (wr->length <= vqp->send_qp->tx.max_inline) &&
            !vqp_op_stripes(vqp, VQP_OP_WRITE, wr->length) &&
@@ -1364,15 +1366,16 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
      * on a healthy, connected virtual QP with nothing waiting ahead of it and
      * room in the operation ring. The checks vqp_check_send and the slow
      * path make all pass for it. */
-    if (ucs_unlikely(
-            ((opcode > VQP_OP_READ) && !(wr->flags & VQP_SEND_INLINE)) ||
-            (wr->flags & ~(unsigned)(VQP_SEND_SIGNALED | VQP_SEND_INLINE)) ||
-            ((wr->flags & VQP_SEND_INLINE) && !vqp_inline_fast(vqp, wr)) ||
-            !vqp->connected || (vqp->fatal != UCS_OK) ||
-            (vqp->op_disp != opn) || (vqp->replay_head != vqp->replay_tail) ||
-            ((opcode == VQP_OP_WRITE_IMM) && vqp->imm_slow) ||
-            (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops >=
-             vqp->max_ops))) {
+    if (ucs_unlikely(((wr->flags & ~(unsigned)VQP_SEND_SIGNALED)
+                          ? ((wr->flags & ~(unsigned)(VQP_SEND_SIGNALED |
+                                                      VQP_SEND_INLINE)) ||
+                             !vqp_inline_fast(vqp, wr))
+                          : ((opcode > VQP_OP_READ) ||
+                             !(vqp->fast_ops & UCS_BIT(opcode)))) ||
+                     (vqp->op_disp != opn) ||
+                     (vqp->replay_head != vqp->replay_tail) ||
+                     (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops >=
+                      vqp->max_ops))) {
         return vqp_post_send_slow(vqp, wr);
     }
 

@@ -629,7 +629,6 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
     /* Never run ahead of what the peer's window can reorder. A window of 0:
      * the peer posts no receives for notifications. */
     vqp->peer_no_imm = (hdr.recv_window == 0);
-    vqp->imm_slow    = vqp->peer_no_imm || (vqp->notify_qp != NULL);
     if (!vqp->peer_no_imm) {
         vqp->send_window = ucs_min(vqp->send_window, hdr.recv_window / 2);
     }
@@ -645,6 +644,10 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
         }
     }
     vqp->connected = 1;
+    vqp->fast_ops  = UCS_BIT(VQP_OP_WRITE) | UCS_BIT(VQP_OP_READ);
+    if (!vqp->peer_no_imm && (vqp->notify_qp == NULL)) {
+        vqp->fast_ops |= UCS_BIT(VQP_OP_WRITE_IMM);
+    }
     vqp_recv_replenish(vqp);
     return UCS_OK;
 }
