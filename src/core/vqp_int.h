@@ -67,10 +67,15 @@ typedef struct vqp_frag {
     /* The SQ's producer index after it: its consumer index once the WQE
      * completed (no read of the WQE's size back from the SQ). */
     uint16_t wqe_next;
-    uint8_t kind;      /* vqp_frag_kind_t */
-    uint8_t seq_valid; /* carries a DQPLB sequence number */
+    uint8_t kind;  /* vqp_frag_kind_t */
+    uint8_t flags; /* VQP_FRAG_F_*: 0 in the common case, one test */
     uint16_t reserved;
 } vqp_frag_t;
+
+enum {
+    VQP_FRAG_F_SEQ   = 1 << 0, /* carries a DQPLB sequence number */
+    VQP_FRAG_F_NO_OP = 1 << 1  /* cover NOP or hole filler: op is UINT32_MAX */
+};
 
 typedef struct vqp_pqp {
     vqp_mlx5_txwq_t tx;

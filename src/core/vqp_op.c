@@ -190,12 +190,12 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
     vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
 
     --pqp->cdev->credits;
-    *frag = (vqp_frag_t){.op        = opn,
-                         .idx       = idx,
-                         .wqe       = (uint16_t)wqe,
-                         .wqe_next  = pqp->tx.pi,
-                         .kind      = kind,
-                         .seq_valid = (uint8_t)seq_valid};
+    *frag = (vqp_frag_t){.op       = opn,
+                         .idx      = idx,
+                         .wqe      = (uint16_t)wqe,
+                         .wqe_next = pqp->tx.pi,
+                         .kind     = kind,
+                         .flags    = seq_valid ? VQP_FRAG_F_SEQ : 0};
     ++vqp->stats.frags_posted;
 }
 
@@ -322,7 +322,7 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     if (ucs_unlikely(ret < 0)) {
         return (ucs_status_t)ret;
     }
-    /* seq_valid is fixed at post time so the completion path need not work
+    /* VQP_FRAG_F_SEQ is fixed at post time so the completion path need not work
      * it out. */
     vqp_frag_push(vqp, pqp, opn, kind, idx, ret, dqplb);
     return UCS_OK;
@@ -370,6 +370,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
     frag           = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
     *frag          = *f;
     frag->op       = UINT32_MAX;
+    frag->flags    = VQP_FRAG_F_NO_OP;
     frag->wqe      = (uint16_t)ret;
     frag->wqe_next = pqp->tx.pi;
     frag->kind     = VQP_FRAG_NOP;
@@ -516,13 +517,13 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
         return 0;
     }
     --pqp->cdev->credits;
-    frag            = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
-    frag->op        = UINT32_MAX;
-    frag->idx       = 0;
-    frag->kind      = VQP_FRAG_NOP;
-    frag->seq_valid = 0;
-    frag->wqe       = (uint16_t)ret;
-    frag->wqe_next  = pqp->tx.pi;
+    frag           = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    frag->op       = UINT32_MAX;
+    frag->idx      = 0;
+    frag->kind     = VQP_FRAG_NOP;
+    frag->flags    = VQP_FRAG_F_NO_OP;
+    frag->wqe      = (uint16_t)ret;
+    frag->wqe_next = pqp->tx.pi;
     return 1;
 }
 
@@ -885,13 +886,13 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
     }
     op = VQP_OP(vqp, f->op);
     if (ucs_likely(status == UCS_OK)) {
-        if (f->seq_valid) {
+        if (f->flags & VQP_FRAG_F_SEQ) {
             vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
         }
         --op->remaining;
         return;
     }
-    dqplb = f->seq_valid;
+    dqplb = f->flags & VQP_FRAG_F_SEQ;
 
     if ((vqp->fatal == UCS_OK) && vqp_status_is_transport(status) &&
         ((f->kind == VQP_FRAG_DATA) || (f->kind == VQP_FRAG_FINAL) ||
@@ -963,10 +964,10 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
 
     while (head != pqp->frag_tail) {
         f = &pqp->frags[head++ & pqp->frag_mask];
-        if (ucs_likely(f->op != UINT32_MAX)) {
-            if (f->seq_valid) {
-                vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
-            }
+        if (ucs_likely(f->flags == 0)) {
+            --VQP_OP(vqp, f->op)->remaining;
+        } else if (!(f->flags & VQP_FRAG_F_NO_OP)) {
+            vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
             --VQP_OP(vqp, f->op)->remaining;
         }
         if (f->wqe == wqe_counter) {
@@ -1249,12 +1250,16 @@ static UCS_F_ALWAYS_INLINE int vqp_op_stripes(const vqp_t *vqp, unsigned opcode,
            ((opcode == VQP_OP_WRITE_IMM) || (length >= vqp->stripe_threshold));
 }
 
-static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op)
+/* From the request, not the record just written: no loads back. */
+static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op,
+                                                   const vqp_send_wr_t *wr)
 {
-    op->flags = (op->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED;
-    op->nfrags =
-        (op->length == 0) ? 1 : ((op->length - 1) >> vqp->frag_shift) + 1;
-    op->remaining = op->nfrags + (op->opcode == VQP_OP_WRITE_IMM);
+    uint32_t nfrags =
+        (wr->length == 0) ? 1 : ((wr->length - 1) >> vqp->frag_shift) + 1;
+
+    op->flags     = (wr->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED;
+    op->nfrags    = nfrags;
+    op->remaining = nfrags + (wr->opcode == VQP_OP_WRITE_IMM);
 }
 
 /* Every check and case: inline data, fences, flushes, SENDs and atomics,
@@ -1329,7 +1334,7 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
         op->remaining = 1; /* set to the WQE count at dispatch */
     } else if ((wr->opcode <= VQP_OP_READ) &&
                vqp_op_stripes(vqp, wr->opcode, wr->length)) {
-        vqp_op_set_striped(vqp, op);
+        vqp_op_set_striped(vqp, op, wr);
     } else {
         op->nfrags    = 1;
         op->remaining = 1;
@@ -1385,7 +1390,7 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     /* vqp_inline_fast found an inline operation unstriped, with room. */
     inl = wr->flags & VQP_SEND_INLINE;
     if (!inl && vqp_op_stripes(vqp, opcode, wr->length)) {
-        vqp_op_set_striped(vqp, op);
+        vqp_op_set_striped(vqp, op, wr);
         if (ucs_likely(vqp_send_qp_covered(vqp))) {
             vqp->op_disp += vqp_post_striped_any(vqp, op, opn);
         } else {
