@@ -1032,7 +1032,8 @@ static void core_mem(const vqp_t *vqp, const vqp_params_t *p, core_mem_t *m)
     uint32_t rq;
 
     memset(m, 0, sizeof(*m));
-    m->fixed = sizeof(*vqp) + (vqp->op_mask + 1) * sizeof(vqp_op_t) +
+    m->fixed = sizeof(*vqp) +
+               (vqp->op_mask + 1) * (sizeof(vqp_op_t) + sizeof(vqp_op_ext_t)) +
                (vqp->op_mask + 1) * sizeof(uint64_t) +
                (vqp->nrecv_mask + 1) * sizeof(uint64_t);
     m->pqps = vqp->num_pqps * sizeof(vqp_pqp_t);
