@@ -59,12 +59,14 @@ void vqp_cq_params_default(vqp_cq_params_t *params)
     params->max_poll = 64;
 }
 
+vqp_pqp_t *const vqp_qpn_none[VQP_QPN_LOW_SIZE];
+
 ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
 {
     struct mlx5dv_cq dv;
     ucs_status_t status;
     vqp_cq_t *cq;
-    unsigned i;
+    unsigned i, j;
 
     if ((params->num_devs == 0) || (params->num_devs > VQP_MAX_DEVS) ||
         (params->cqe == 0) || (params->max_poll == 0)) {
@@ -94,6 +96,9 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
             ucs_error("vqp cq: device %u is NULL", i);
             status = UCS_ERR_INVALID_PARAM;
             goto err;
+        }
+        for (j = 0; j < VQP_QPN_HIGH_SIZE; ++j) {
+            cq->devs[i].qpn_table[j] = vqp_qpn_none;
         }
         cq->devs[i].dev = params->devs[i];
         status          = vqp_dev_cq_create(params->devs[i], params->cqe,
@@ -128,7 +133,10 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
     vqp_cq_efd_close(cq);
     for (i = 0; i < cq->num_devs; ++i) {
         for (j = 0; j < VQP_QPN_HIGH_SIZE; ++j) {
-            ucs_free(cq->devs[i].qpn_table[j]);
+            if ((cq->devs[i].qpn_table[j] != NULL) &&
+                (cq->devs[i].qpn_table[j] != vqp_qpn_none)) {
+                ucs_free((void *)cq->devs[i].qpn_table[j]);
+            }
         }
         if (cq->devs[i].dev_cq != NULL) {
             vqp_dev_cq_destroy(cq->devs[i].dev_cq);
@@ -170,19 +178,22 @@ void vqp_cq_dev_release(vqp_cq_dev_t *cdev, uint32_t recvs, uint32_t covers)
 
 ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
 {
-    vqp_cq_dev_t *cdev = &cq->devs[pqp->dev];
-    vqp_pqp_t ***chunk = &cdev->qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
+    vqp_cq_dev_t *cdev       = &cq->devs[pqp->dev];
+    vqp_pqp_t *const **chunk = &cdev->qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
+    vqp_pqp_t **table;
     ucs_status_t status;
     vqp_pqp_t **slot;
 
-    if (*chunk == NULL) {
-        *chunk = ucs_calloc(VQP_QPN_LOW_SIZE, sizeof(**chunk), "vqp_qpn");
-        if (*chunk == NULL) {
+    if (*chunk == vqp_qpn_none) {
+        table = ucs_calloc(VQP_QPN_LOW_SIZE, sizeof(*table), "vqp_qpn");
+        if (table == NULL) {
             ucs_error("vqp cq: out of memory for the QPN table");
             return UCS_ERR_NO_MEMORY;
         }
+        *chunk = table;
     }
-    slot = &(*chunk)[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)];
+    /* A chunk other than vqp_qpn_none is one of ours, writable. */
+    slot = (vqp_pqp_t **)&(*chunk)[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)];
     if (*slot != NULL) {
         ucs_error("vqp cq: QPN 0x%x on device %u is already registered",
                   pqp->qpn, pqp->dev);
@@ -232,11 +243,12 @@ void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp)
 
 void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
 {
-    vqp_pqp_t **chunk =
+    vqp_pqp_t *const *chunk =
         cq->devs[pqp->dev].qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
 
-    if ((chunk != NULL) && (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp)) {
-        chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
+    /* Found there, the chunk is not vqp_qpn_none: writable. */
+    if (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp) {
+        ((vqp_pqp_t **)chunk)[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
         vqp_cq_dev_release(&cq->devs[pqp->dev], pqp->cqe_need, 1);
     }
 }

@@ -12,7 +12,9 @@
 #include <ucs/datastruct/list.h>
 
 /* QPN -> physical QP: a two-level table indexed by the QPN's bits (24 bits:
- * 12 + 12), so routing a CQE costs two loads and no hash. */
+ * 12 + 12), so routing a CQE costs two loads and no hash. Ranges without a
+ * QP point to vqp_qpn_none (all NULL), so the route needs no test between
+ * the two loads. */
 #define VQP_QPN_LOW_BITS  12
 #define VQP_QPN_HIGH_SIZE (1u << (24 - VQP_QPN_LOW_BITS))
 #define VQP_QPN_LOW_SIZE  (1u << VQP_QPN_LOW_BITS)
@@ -244,11 +246,14 @@ struct vqp_srq {
     unsigned users; /* virtual QPs created with it */
 };
 
+extern vqp_pqp_t *const vqp_qpn_none[VQP_QPN_LOW_SIZE];
+
 typedef struct vqp_cq_dev {
     vqp_dev_t *dev;
     vqp_dev_cq_t *dev_cq;
     vqp_mlx5_cq_t cq;
-    vqp_pqp_t **qpn_table[VQP_QPN_HIGH_SIZE];
+    /* vqp_qpn_none where no QP is registered; never written through it. */
+    vqp_pqp_t *const *qpn_table[VQP_QPN_HIGH_SIZE];
     /* A ConnectX treats a CQ overflow as fatal, so every CQE that can
      * arrive has a CQ entry before it can be produced:
      *  - receives can complete at any time: reserved while posted

@@ -1020,7 +1020,6 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
 {
     uint32_t credits = 0;
     struct mlx5_cqe64 *cqe;
-    vqp_pqp_t **chunk;
     vqp_pqp_t *pqp;
     unsigned count;
     uint32_t qpn;
@@ -1033,9 +1032,9 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
             break;
         }
 
-        qpn   = vqp_mlx5_cqe_qpn(cqe);
-        chunk = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS];
-        pqp   = (chunk == NULL) ? NULL : chunk[qpn & (VQP_QPN_LOW_SIZE - 1)];
+        qpn = vqp_mlx5_cqe_qpn(cqe);
+        pqp = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS]
+                             [qpn & (VQP_QPN_LOW_SIZE - 1)];
         if (ucs_unlikely(pqp == NULL)) {
             /* A QP destroyed with CQEs still queued (neutralised to QPN 0 by
              * vqp_cq_retire, which kept its entry). */
