@@ -104,7 +104,10 @@ enum {
     UCT_RC_VQP_EP_NOT_READY = 1u << 4,
     /* Created by the connection manager for a peer's request: never shown
      * to the user, destroyed when the peer disconnects or fails. */
-    UCT_RC_VQP_EP_PASSIVE = 1u << 5
+    UCT_RC_VQP_EP_PASSIVE = 1u << 5,
+    /* A request of its pending queue is being dispatched: a flush from it
+     * does not wait for the queue (the request itself is its head). */
+    UCT_RC_VQP_EP_DISPATCH = 1u << 6
 };
 
 typedef struct uct_rc_vqp_ep {

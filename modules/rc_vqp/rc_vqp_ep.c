@@ -680,6 +680,16 @@ ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
         }
         return UCS_INPROGRESS;
     }
+    /* Operations still waiting for the connection or in the pending queue
+     * are not in the core yet: UCT wants UCS_ERR_NO_RESOURCE then, so that
+     * the caller queues the flush behind them (UCP's fence would otherwise
+     * complete before a put or get waiting there was even posted). */
+    if (!(ep->flags & UCT_RC_VQP_EP_FAILED) &&
+        ((ep->flags & UCT_RC_VQP_EP_NOT_READY) ||
+         (!(ep->flags & UCT_RC_VQP_EP_DISPATCH) &&
+          !ucs_arbiter_group_is_empty(&ep->arb_group)))) {
+        return UCS_ERR_NO_RESOURCE;
+    }
     if (vqp_ops_in_flight(ep->vqp) == 0) {
         return UCS_OK;
     }
@@ -731,7 +741,10 @@ ucs_status_t uct_rc_vqp_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
     uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
 
-    if (uct_rc_vqp_ep_can_send(ep)) {
+    /* BUSY only when the request could go now and would not overtake
+     * earlier ones (a flush refused because of them must queue). */
+    if (uct_rc_vqp_ep_can_send(ep) &&
+        ucs_arbiter_group_is_empty(&ep->arb_group)) {
         return UCS_ERR_BUSY;
     }
     UCS_STATIC_ASSERT(sizeof(uct_pending_req_priv_arb_t) <=
@@ -769,7 +782,9 @@ uct_rc_vqp_ep_process_pending(ucs_arbiter_t *arbiter,
     uct_rc_vqp_ep_t *ep = ucs_container_of(group, uct_rc_vqp_ep_t, arb_group);
     ucs_status_t status;
 
+    ep->flags |= UCT_RC_VQP_EP_DISPATCH;
     status = req->func(req);
+    ep->flags &= ~UCT_RC_VQP_EP_DISPATCH;
     if (status == UCS_OK) {
         return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
     } else if (status == UCS_INPROGRESS) {

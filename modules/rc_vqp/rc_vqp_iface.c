@@ -447,7 +447,9 @@ static ucs_status_t uct_rc_vqp_iface_flush(uct_iface_h tl_iface, unsigned flags,
         /* Unsignaled operations complete only when a later CQE covers
          * them: the endpoint flush posts that marker (once). */
         status = uct_rc_vqp_ep_flush(&ep->super.super, flags, NULL);
-        if (status == UCS_INPROGRESS) {
+        if ((status == UCS_INPROGRESS) || (status == UCS_ERR_NO_RESOURCE)) {
+            /* NO_RESOURCE: operations wait for the connection or in the
+             * pending queue; the caller progresses and asks again. */
             result = UCS_INPROGRESS;
         } else if (status != UCS_OK) {
             return status;
