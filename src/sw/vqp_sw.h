@@ -5,9 +5,10 @@
  * ConnectX QP/CQ/SRQ (struct mlx5dv_qp / mlx5dv_cq / mlx5dv_srq), so the same
  * WQE-building and CQE-parsing code runs on it and on hardware. There is no
  * device thread: the engine runs in the owner's threads. Software that rings
- * an SQ doorbell calls vqp_sw_qp_doorbell() where a NIC gets its MMIO write,
- * and the engine executes that QP's new WQEs right there, as a NIC starts on
- * them (VQP_SW_EXEC=progress leaves them to progress); everything else
+ * an SQ doorbell calls vqp_sw_qp_doorbell() where a NIC gets its MMIO write;
+ * with VQP_SW_EXEC=doorbell the engine executes that QP's new WQEs right
+ * there, as a NIC starts on them (by default they wait for progress, which
+ * merges small WRITEs into one syscall); everything else
  * (inbound messages placed and their CQEs written, RNR and transport
  * retries, flushes, dead peers, held CQEs) happens when the owner calls
  * vqp_sw_progress(). Peers are other processes (or other device instances in
@@ -53,8 +54,8 @@ typedef struct vqp_sw_dev_attr {
      * models a ConnectX in 8-byte host-endianness mode (what Linux selects
      * when the HCA offers it). */
     uint32_t atomic_be_sizes;
-    /* 1: vqp_sw_qp_doorbell executes (VQP_SW_EXEC=doorbell, the default);
-     * 0: WQEs run only in vqp_sw_progress (VQP_SW_EXEC=progress). */
+    /* 1: vqp_sw_qp_doorbell executes (VQP_SW_EXEC=doorbell); 0: WQEs run
+     * only in vqp_sw_progress (VQP_SW_EXEC=progress, the default). */
     uint32_t exec_doorbell;
 } vqp_sw_dev_attr_t;
 
@@ -214,8 +215,8 @@ enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
  *                     string fails the open.
  *   VQP_SW_NAMESPACE  letters/digits: a separate set of devices; peers must
  *                     share it (keeps concurrent test runs apart).
- *   VQP_SW_EXEC       doorbell (default): vqp_sw_qp_doorbell executes;
- *                     progress: only vqp_sw_progress does. Anything else
+ *   VQP_SW_EXEC       doorbell: vqp_sw_qp_doorbell executes; progress (the
+ *                     default): only vqp_sw_progress does. Anything else
  *                     fails the open (UCS_ERR_INVALID_PARAM).
  *   VQP_SW_ATOMIC_REPLY  be (default) or host: see atomic_be_sizes.
  */

@@ -568,14 +568,14 @@ static void test_connect_two_instances(void **state)
     assert_int_equal(ep_cleanup(&b), 0);
 }
 
-/* The data path's doorbell reaches the software device: by default the QP's
- * dv carries the doorbell hook, and a WRITE posted through vqp_mlx5 has
- * landed, with its CQE, before any progress call. VQP_SW_EXEC=progress
- * hands out no hook (the BlueFlame register is used as before) and the WRITE
- * waits for progress. */
+/* The data path's doorbell reaches the software device: with
+ * VQP_SW_EXEC=doorbell the QP's dv carries the doorbell hook, and a WRITE
+ * posted through vqp_mlx5 has landed, with its CQE, before any progress
+ * call. By default (progress) there is no hook (the BlueFlame register is
+ * used as before) and the WRITE waits for progress. */
 static void test_doorbell_exec(void **state)
 {
-    static const char *modes[] = {NULL, "progress"};
+    static const char *modes[] = {"doorbell", NULL};
     vqp_dev_qp_init_t init     = {};
     vqp_dev_qp_addr_t addr_a, addr_b;
     vqp_dev_t *devs[2];
@@ -588,11 +588,11 @@ static void test_doorbell_exec(void **state)
     int hook;
 
     for (m = 0; m < 2; ++m) {
-        hook = (modes[m] == NULL);
+        hook = (modes[m] != NULL);
         if (hook) {
-            unsetenv("VQP_SW_EXEC");
-        } else {
             setenv("VQP_SW_EXEC", modes[m], 1);
+        } else {
+            unsetenv("VQP_SW_EXEC");
         }
         assert_int_equal(ep_init(&a, open_sw()), 0);
         assert_int_equal(ep_init(&b, open_sw()), 0);

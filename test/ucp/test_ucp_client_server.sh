@@ -11,9 +11,10 @@
 # The example's client closes its endpoint right after its last send
 # completed locally, and the disconnection reaches the server over tcp; UCP
 # drops AM and stream data the server has not consumed by then (it checks the
-# sender's endpoint for those, not for tag messages). The software device
-# executes a send at its doorbell, as a NIC starts on it (VQP_SW_EXEC), so the
-# data leaves the client before the disconnection does. The AM and stream
+# sender's endpoint for those, not for tag messages). By default the software
+# device executes a send when its process progresses, later than a NIC; with
+# VQP_SW_EXEC=doorbell (set here) at its doorbell, as a NIC starts on it, so
+# the data leaves the client before the disconnection does. The AM and stream
 # modes run with what the example itself gets right: its AM server keeps one
 # "message arrived" flag and loses a message when two arrive in one
 # ucp_worker_progress (rc_vqp delivers up to 64 receive completions per
@@ -64,6 +65,7 @@ fi
 
 export UCX_TLS=${CS_UCX_TLS:-rc_vqp,tcp} UCX_NET_DEVICES=${CS_NET_DEVICES:-vqp_sw0,lo}
 export UCX_RC_VQP_SW=${UCX_RC_VQP_SW:-y} UCX_LOG_LEVEL=info
+export VQP_SW_EXEC=${VQP_SW_EXEC:-doorbell}
 
 # The message lines a process printed: the example prints the data of the
 # first and the last iteration (the letters A..Z over and over, then '.').
