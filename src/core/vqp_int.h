@@ -79,6 +79,9 @@ enum {
     VQP_FRAG_F_NO_OP = 1 << 1  /* cover NOP or hole filler: op is UINT32_MAX */
 };
 
+/* Cache-line aligned: a post touches the send queue's line (tx) and the next
+ * one (fragment ring, round robin, device and CQ share), a completion the
+ * same two; the rest is cold. */
 typedef struct vqp_pqp {
     vqp_mlx5_txwq_t tx;
     vqp_frag_t *frags; /* ring of posted WQEs in posting order */
@@ -95,16 +98,16 @@ typedef struct vqp_pqp {
     uint8_t dev;        /* index into the virtual CQ's devices */
     uint16_t index;
     vqp_t *vqp;
+    struct vqp_cq_dev *cdev; /* its device's share of the virtual CQ */
     vqp_mlx5_rxwq_t rx;
     uint32_t rx_cap; /* receives the core keeps posted (0: none) */
     uint32_t slot_base;
-    uint32_t cqe_need;       /* receive CQEs reserved in its device's CQ */
-    struct vqp_cq_dev *cdev; /* its device's share of the virtual CQ */
-    uint64_t *rx_wr_id;      /* user receives: wr_id per RQ slot */
-    vqp_srq_t *srq;          /* the send QP's receives come from it, or NULL */
+    uint32_t cqe_need;  /* receive CQEs reserved in its device's CQ */
+    uint64_t *rx_wr_id; /* user receives: wr_id per RQ slot */
+    vqp_srq_t *srq;     /* the send QP's receives come from it, or NULL */
     vqp_dev_qp_t *dev_qp;
     uint32_t qpn;
-} vqp_pqp_t;
+} UCS_V_ALIGNED(64) vqp_pqp_t;
 
 /* An operation: one cache line, written once by the post and read by its
  * fragments' completions and the report. What only some operations need is

@@ -340,7 +340,12 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->send_window = ucs_roundup_pow2(vqp->num_qps * frag_cap);
     win              = 2 * vqp->send_window;
 
-    vqp->qps = ucs_calloc(vqp->num_pqps, sizeof(*vqp->qps), "vqp_qps");
+    if (ucs_posix_memalign((void **)&vqp->qps, UCS_SYS_CACHE_LINE_SIZE,
+                           vqp->num_pqps * sizeof(*vqp->qps), "vqp_qps") == 0) {
+        memset(vqp->qps, 0, vqp->num_pqps * sizeof(*vqp->qps));
+    } else {
+        vqp->qps = NULL;
+    }
     /* One cache line per operation record. */
     vqp->ops    = vqp_ring_alloc_aligned(params->max_ops, sizeof(*vqp->ops),
                                          &vqp->op_mask, "vqp_ops");
