@@ -142,20 +142,9 @@ typedef struct vqp_op_ext {
 #define VQP_RING_COUNT(_head, _tail) ((uint32_t)((_tail) - (_head)))
 
 struct vqp {
+    /* What every post and completion reads or writes comes first: about
+     * three cache lines per virtual QP. */
     vqp_cq_t *cq;
-    vqp_pqp_t *qps;       /* data QPs, then the extra QP if any */
-    unsigned num_qps;     /* data QPs */
-    unsigned num_pqps;    /* all physical QPs */
-    unsigned alive;       /* data QPs alive */
-    vqp_pqp_t *rr_qp;     /* round robin: the data QP to try first */
-    vqp_pqp_t *send_qp;   /* SEND, atomics, unstriped ops, user recvs */
-    vqp_pqp_t *notify_qp; /* SPRAY only */
-    vqp_lb_t lb;
-    uint64_t frag_size;
-    unsigned frag_shift; /* log2(frag_size) */
-    uint64_t stripe_threshold;
-    ucs_status_t fatal; /* set when no data QP survives */
-
     /* Operations: [head, disp) dispatched, [disp, tail) waiting;
      * notify: SPRAY cursor of the next notify to post, in order. */
     vqp_op_t *ops;
@@ -165,12 +154,39 @@ struct vqp {
     uint32_t op_disp;
     uint32_t op_notify;
     uint32_t op_tail;
-
+    /* Bit per opcode vqp_post_send's fast path takes: WRITE and READ, and
+     * WRITE_IMM unless SPRAY or the peer takes no notifications; none until
+     * connected or once fatal is set. */
+    uint32_t fast_ops;
+    /* Completions waiting in the CQ's wc ring still count against max_ops /
+     * max_recvs, so the ring cannot overflow when the user posts without
+     * polling. */
+    unsigned max_ops;
+    unsigned max_recvs;
+    unsigned wc_pending_ops;
+    unsigned wc_pending_recvs;
+    vqp_pqp_t *rr_qp;     /* round robin: the data QP to try first */
+    vqp_pqp_t *send_qp;   /* SEND, atomics, unstriped ops, user recvs */
+    vqp_pqp_t *notify_qp; /* SPRAY only */
+    uint64_t frag_size;
+    unsigned frag_shift; /* log2(frag_size) */
+    unsigned num_qps;    /* data QPs */
+    uint64_t stripe_threshold;
     /* Fragments of failed QPs waiting for a surviving QP. */
     vqp_frag_t *replay;
     uint32_t replay_mask;
     uint32_t replay_head;
     uint32_t replay_tail;
+    vqp_comp_cb_t comp_cb;
+    void *comp_arg;
+    int dirty; /* on the CQ's list of QPs to advance */
+    vqp_stats_t stats;
+
+    vqp_pqp_t *qps;    /* data QPs, then the extra QP if any */
+    unsigned num_pqps; /* all physical QPs */
+    unsigned alive;    /* data QPs alive */
+    vqp_lb_t lb;
+    ucs_status_t fatal; /* set when no data QP survives */
 
     /* DQPLB sender: next sequence number, and which of the last
      * send_window numbers completed; a fragment is posted only while its
@@ -211,30 +227,15 @@ struct vqp {
     vqp_dev_mr_t *atomic_mr[VQP_MAX_DEVS];
     uint32_t atomic_lkey[VQP_MAX_DEVS];
 
-    vqp_comp_cb_t comp_cb;
-    void *comp_arg;
     unsigned wc_reserve; /* entries reserved in the CQ's wc ring */
-    /* Completions waiting in the CQ's wc ring still count against max_ops /
-     * max_recvs, so the ring cannot overflow when the user posts without
-     * polling. */
-    unsigned max_ops;
-    unsigned max_recvs;
-    unsigned wc_pending_ops;
-    unsigned wc_pending_recvs;
     vqp_dev_connect_params_t connect;
     int connected;
     int canceling;   /* vqp_cancel(): QP failures are expected */
-    int dirty;       /* on the CQ's list of QPs to advance */
     int rx_starved;  /* a core RQ stopped short (arrived ring full) */
     int credit_wait; /* on the CQ's list of QPs waiting for CQ credits */
     int peer_no_imm; /* the peer posts no receives for WRITE_IMM */
-    /* Bit per opcode vqp_post_send's fast path takes: WRITE and READ, and
-     * WRITE_IMM unless SPRAY or the peer takes no notifications; none until
-     * connected or once fatal is set. */
-    uint32_t fast_ops;
     ucs_list_link_t cq_list;     /* the CQ's virtual QPs */
     ucs_list_link_t credit_list; /* waiting for CQ credits */
-    vqp_stats_t stats;
 };
 
 struct vqp_srq {
