@@ -894,9 +894,12 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
     }
     dqplb = f->flags & VQP_FRAG_F_SEQ;
 
+    /* An inline operation's data was only in its WQE (the caller's buffer
+     * was free at return): it cannot be sent again. */
     if ((vqp->fatal == UCS_OK) && vqp_status_is_transport(status) &&
         ((f->kind == VQP_FRAG_DATA) || (f->kind == VQP_FRAG_FINAL) ||
-         ((f->kind == VQP_FRAG_WHOLE) && vqp_op_is_idempotent(op)))) {
+         ((f->kind == VQP_FRAG_WHOLE) && vqp_op_is_idempotent(op) &&
+          !(op->flags & VQP_SEND_INLINE)))) {
         vqp->replay[vqp->replay_tail++ & vqp->replay_mask] = *f;
         return;
     }

@@ -938,6 +938,43 @@ static void test_qp_failure_spray(void **state)
     run_qp_failure(VQP_LB_SPRAY);
 }
 
+/* The send QP fails with an inline WRITE and a plain one in flight: the
+ * plain one is replayed on a data QP, the inline one fails (its data was in
+ * the WQE only; the caller's buffer already holds something else). */
+static void test_inline_not_replayed(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    vqp_stats_t stats;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    fill_pattern(p.a.buf, 8192, 9);
+    memset(p.b.buf, 0, 8192);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 64);
+    wr.flags = VQP_SEND_INLINE | VQP_SEND_SIGNALED; /* like put_short */
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 4096, 4096, 4000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    memset(p.a.buf, 0xee, 64); /* the caller reused its buffer */
+    assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->send_qp->dev_qp), UCS_OK);
+    pair_wait(&p, 2, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 1);
+    assert_true(p.a.wcs[0].status != UCS_OK);
+    assert_int_equal(p.a.wcs[1].wr_id, 2);
+    assert_int_equal(p.a.wcs[1].status, UCS_OK);
+    assert_memory_equal(p.a.buf + 4096, p.b.buf + 4096, 4000);
+    for (i = 0; i < 64; ++i) {
+        assert_true((unsigned char)p.b.buf[i] != 0xee);
+    }
+    vqp_query_stats(p.a.vqp, &stats);
+    assert_int_equal(stats.frags_replayed, 1);
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, 2);
+    pair_destroy(&p);
+}
+
 /* No data QP survives: every operation fails exactly once, later posts are
  * refused with the error. */
 static void test_all_qps_fail(void **state)
@@ -2091,6 +2128,7 @@ int main(void)
         cmocka_unit_test(test_inline_write_copied),
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
+        cmocka_unit_test(test_inline_not_replayed),
         cmocka_unit_test(test_all_qps_fail),
         cmocka_unit_test(test_remote_access_error),
         cmocka_unit_test(test_destroy_in_flight),
