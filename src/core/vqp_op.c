@@ -181,11 +181,11 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
     return NULL;
 }
 
-/* Remember a posted WQE in its QP's fragment ring (room was checked). */
-static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
-                                              uint32_t opn, uint8_t kind,
-                                              uint32_t idx, int wqe,
-                                              int seq_valid)
+/* Remember a posted WQE in its QP's fragment ring (room was checked);
+ * vqp_frag_push also counts it. */
+static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t opn,
+                                                uint8_t kind, uint32_t idx,
+                                                int wqe, int seq_valid)
 {
     vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
 
@@ -196,37 +196,44 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
                          .wqe_next = pqp->tx.pi,
                          .kind     = kind,
                          .flags    = seq_valid ? VQP_FRAG_F_SEQ : 0};
+}
+
+static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
+                                              uint32_t opn, uint8_t kind,
+                                              uint32_t idx, int wqe,
+                                              int seq_valid)
+{
+    vqp_frag_record(pqp, opn, kind, idx, wqe, seq_valid);
     ++vqp->stats.frags_posted;
 }
 
 /* One data fragment of a striped operation whose opcode (and so WQE kind)
- * is known at compile time: no switch per fragment. Returns the mlx5 post's
- * result. */
-static UCS_F_ALWAYS_INLINE int vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp,
-                                             const vqp_op_t *op, uint32_t opn,
-                                             unsigned opcode, int dqplb,
-                                             uint32_t idx, uint32_t seq)
+ * is known at compile time: no switch per fragment. @a offset is the
+ * fragment's (idx << frag_shift), @a lkey and @a rkey the operation's keys
+ * on @a pqp's device; @a pqp has room (picked by vqp_pick_data_qp). Not
+ * counted in the statistics (the caller does, once per operation). Returns
+ * the mlx5 post's result. */
+static UCS_F_ALWAYS_INLINE int
+vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp, const vqp_op_t *op, uint32_t opn,
+              unsigned opcode, int dqplb, uint32_t idx, uint64_t offset,
+              uint32_t lkey, uint32_t rkey, uint32_t seq)
 {
-    uint64_t offset   = (uint64_t)idx << vqp->frag_shift;
     uint32_t len      = ucs_min(vqp->frag_size, op->length - offset);
-    unsigned d        = pqp->dev;
-    vqp_mlx5_sge_t sg = {op->laddr + offset, len, vqp_op_lkey(vqp, op, d)};
+    vqp_mlx5_sge_t sg = {op->laddr + offset, len, lkey};
     uint64_t raddr    = op->raddr + offset;
+    unsigned flags    = VQP_MLX5_SIGNALED | VQP_MLX5_HAS_ROOM;
     int ret;
 
     if (opcode == VQP_OP_READ) {
-        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr,
-                                 vqp_op_rkey(vqp, op, d), VQP_MLX5_SIGNALED);
+        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, raddr, rkey, flags);
     } else if (dqplb) {
-        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr,
-                                      vqp_op_rkey(vqp, op, d), htobe32(seq),
-                                      VQP_MLX5_SIGNALED);
+        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, raddr, rkey,
+                                      htobe32(seq), flags);
     } else {
-        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr,
-                                  vqp_op_rkey(vqp, op, d), VQP_MLX5_SIGNALED);
+        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, rkey, flags);
     }
     if (ucs_likely(ret >= 0)) {
-        vqp_frag_push(vqp, pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb);
+        vqp_frag_record(pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb);
     }
     return ret;
 }
@@ -252,12 +259,19 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     case VQP_FRAG_DATA:
         /* Replays only: cold. */
         if (op->opcode == VQP_OP_READ) {
-            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, idx, seq);
+            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, idx,
+                                (uint64_t)idx << vqp->frag_shift, sg.lkey,
+                                vqp_op_rkey(vqp, op, d), seq);
         } else {
-            ret =
-                vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx, seq);
+            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx,
+                                (uint64_t)idx << vqp->frag_shift, sg.lkey,
+                                vqp_op_rkey(vqp, op, d), seq);
         }
-        return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
+        if (ret < 0) {
+            return (ucs_status_t)ret;
+        }
+        ++vqp->stats.frags_posted;
+        return UCS_OK;
     case VQP_FRAG_WHOLE:
         /* Beyond 4 GiB the length must not wrap into a small one: clipped,
          * the WQE builder refuses it. */
@@ -414,20 +428,25 @@ static void vqp_op_fail_unposted(vqp_t *vqp, vqp_op_t *op, ucs_status_t status)
 }
 
 /* The data fragments of striped operation @a op, then its DQPLB FINAL.
- * @a opcode and @a dqplb are constants at every call, so each opcode class
- * gets its own loop. Returns as vqp_dispatch_op. */
+ * @a opcode, @a dqplb and @a one_dev are constants at every call, so each
+ * opcode class gets its own loop, and a virtual QP on one device takes the
+ * keys once per operation. Returns as vqp_dispatch_op. */
 static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
                                                 uint32_t opn, unsigned opcode,
-                                                int dqplb)
+                                                int dqplb, int one_dev)
 {
-    uint32_t posted = op->posted;
+    uint32_t first  = op->posted;
+    uint32_t posted = first;
     uint32_t nfrags = op->nfrags;
+    uint64_t offset = (uint64_t)posted << vqp->frag_shift;
+    uint32_t lkey   = op->lkey;
+    uint32_t rkey   = op->rkey;
     ucs_status_t status;
     vqp_pqp_t *pqp;
     uint32_t seq;
     int ret;
 
-    for (; posted < nfrags; ++posted) {
+    for (; posted < nfrags; ++posted, offset += vqp->frag_size) {
         if (dqplb && !vqp_seq_room(vqp)) {
             goto out_wait;
         }
@@ -435,9 +454,15 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
         if (pqp == NULL) {
             goto out_wait;
         }
+        if (!one_dev) {
+            lkey = vqp_op_lkey(vqp, op, pqp->dev);
+            rkey = vqp_op_rkey(vqp, op, pqp->dev);
+        }
         seq = dqplb ? vqp->send_seq : 0;
-        ret = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, posted, seq);
+        ret = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, posted, offset,
+                            lkey, rkey, seq);
         if (ucs_unlikely(ret < 0)) {
+            vqp->stats.frags_posted += posted - first;
             op->posted = posted;
             if (ret == UCS_ERR_NO_RESOURCE) {
                 return 0;
@@ -452,6 +477,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
             vqp_seq_next(vqp);
         }
     }
+    vqp->stats.frags_posted += posted - first;
     op->posted = posted;
 
     if (dqplb && !(op->flags & VQP_OP_TAIL_POSTED)) {
@@ -471,25 +497,42 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
     return 1;
 
 out_wait:
+    vqp->stats.frags_posted += posted - first;
     op->posted = posted;
     return 0;
 }
 
-static UCS_F_ALWAYS_INLINE int vqp_post_striped_any(vqp_t *vqp, vqp_op_t *op,
-                                                    uint32_t opn)
+static UCS_F_ALWAYS_INLINE int vqp_post_striped_opc(vqp_t *vqp, vqp_op_t *op,
+                                                    uint32_t opn, int one_dev)
 {
     switch (op->opcode) {
     case VQP_OP_READ:
-        return vqp_post_striped(vqp, op, opn, VQP_OP_READ, 0);
+        return vqp_post_striped(vqp, op, opn, VQP_OP_READ, 0, one_dev);
     case VQP_OP_WRITE_IMM:
         if (vqp->lb == VQP_LB_DQPLB) {
-            return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE_IMM, 1);
+            return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE_IMM, 1, one_dev);
         }
         /* SPRAY: plain WRITEs, the notify follows on its own QP */
-        return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE, 0);
+        return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE, 0, one_dev);
     default:
-        return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE, 0);
+        return vqp_post_striped(vqp, op, opn, VQP_OP_WRITE, 0, one_dev);
     }
+}
+
+/* A virtual QP over several devices: keys per fragment, out of line. */
+static UCS_F_NOINLINE int vqp_post_striped_multi(vqp_t *vqp, vqp_op_t *op,
+                                                 uint32_t opn)
+{
+    return vqp_post_striped_opc(vqp, op, opn, 0);
+}
+
+static UCS_F_ALWAYS_INLINE int
+vqp_post_striped_any(vqp_t *vqp, vqp_op_t *op, uint32_t opn, unsigned num_devs)
+{
+    if (ucs_likely(num_devs == 1)) {
+        return vqp_post_striped_opc(vqp, op, opn, 1);
+    }
+    return vqp_post_striped_multi(vqp, op, opn);
 }
 
 static UCS_F_ALWAYS_INLINE int vqp_qp_covered(const vqp_pqp_t *pqp)
@@ -639,7 +682,7 @@ static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
         !vqp_cover_send_qp(vqp)) {
         return 0;
     }
-    return vqp_post_striped_any(vqp, op, opn);
+    return vqp_post_striped_any(vqp, op, opn, vqp->cq->num_devs);
 }
 
 /* SPRAY: once all data of an operation completed, its notify goes on the
@@ -993,18 +1036,18 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
 static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
                                                    struct mlx5_cqe64 *cqe)
 {
-    vqp_t *vqp     = pqp->vqp;
-    uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
-    uint32_t done  = 0;
+    vqp_t *vqp    = pqp->vqp;
+    uint32_t done = 0;
     ucs_status_t status;
+    uint8_t opcode;
 
-    if (ucs_likely((opcode == MLX5_CQE_REQ) &&
-                   (vqp_mlx5_cqe_status(cqe) == UCS_OK))) {
+    if (ucs_likely(vqp_mlx5_cqe_is_req_ok(cqe))) {
         done = vqp_tx_cqe_ok(vqp, pqp, vqp_mlx5_cqe_wqe_counter(cqe));
     } else {
         /* The CQE's own kind (requester / responder, error or not) is
          * defined even on errors; the work request's opcode is not, and is
          * never used. */
+        opcode = vqp_mlx5_cqe_opcode(cqe);
         status = vqp_mlx5_cqe_status(cqe);
         if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
             vqp_tx_cqe(pqp, vqp_mlx5_cqe_wqe_counter(cqe), status);
@@ -1215,9 +1258,10 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
     return 1;
 }
 
-/* The operation record: only what dispatch, replay and reporting read. */
-static UCS_F_ALWAYS_INLINE vqp_op_t *vqp_op_fill(vqp_t *vqp,
-                                                 const vqp_send_wr_t *wr)
+/* The operation record: only what dispatch, replay and reporting read.
+ * @a num_devs is the CQ's, read by the caller before any store. */
+static UCS_F_ALWAYS_INLINE vqp_op_t *
+vqp_op_fill(vqp_t *vqp, const vqp_send_wr_t *wr, unsigned num_devs)
 {
     vqp_op_t *op = VQP_OP(vqp, vqp->op_tail);
     vqp_op_ext_t *ext;
@@ -1228,7 +1272,7 @@ static UCS_F_ALWAYS_INLINE vqp_op_t *vqp_op_fill(vqp_t *vqp,
     op->raddr  = wr->remote_addr;
     op->lkey   = wr->lkey[0];
     op->rkey   = wr->rkey[0];
-    if (ucs_unlikely(vqp->cq->num_devs > 1)) {
+    if (ucs_unlikely(num_devs > 1)) {
         ext = VQP_OP_EXT(vqp, vqp->op_tail);
         memcpy(ext->lkey, &wr->lkey[1], sizeof(ext->lkey));
         memcpy(ext->rkey, &wr->rkey[1], sizeof(ext->rkey));
@@ -1326,7 +1370,7 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
         return UCS_ERR_NO_RESOURCE;
     }
 
-    op = vqp_op_fill(vqp, wr);
+    op = vqp_op_fill(vqp, wr, vqp->cq->num_devs);
     if (vqp_opcode_is_atomic(wr->opcode)) {
         VQP_OP_EXT(vqp, vqp->op_tail)->compare_add = wr->compare_add;
         VQP_OP_EXT(vqp, vqp->op_tail)->swap        = wr->swap;
@@ -1363,7 +1407,8 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
 
 ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
-    unsigned opcode = wr->opcode;
+    unsigned opcode   = wr->opcode;
+    unsigned num_devs = vqp->cq->num_devs;
     unsigned inl;
     uint32_t opn = vqp->op_tail;
     vqp_op_t *op;
@@ -1386,7 +1431,7 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
         return vqp_post_send_slow(vqp, wr);
     }
 
-    op           = vqp_op_fill(vqp, wr);
+    op           = vqp_op_fill(vqp, wr, num_devs);
     vqp->op_tail = opn + 1;
     ++vqp->stats.ops_posted;
     /* vqp_inline_fast found an inline operation unstriped, with room. */
@@ -1394,7 +1439,7 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     if (!inl && vqp_op_stripes(vqp, opcode, wr->length)) {
         vqp_op_set_striped(vqp, op, wr);
         if (ucs_likely(vqp_send_qp_covered(vqp))) {
-            vqp->op_disp += vqp_post_striped_any(vqp, op, opn);
+            vqp->op_disp += vqp_post_striped_any(vqp, op, opn, num_devs);
         } else {
             vqp->op_disp += vqp_dispatch_op(vqp, opn);
         }

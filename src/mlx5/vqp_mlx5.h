@@ -32,7 +32,10 @@ enum {
     VQP_MLX5_FENCE     = 1u << 1, /* wait for earlier READ/atomics first */
     VQP_MLX5_SOLICITED = 1u << 2, /* solicited event at the responder */
     VQP_MLX5_INLINE    = 1u << 3, /* copy data into the WQE if it fits */
-    VQP_MLX5_MORE      = 1u << 4  /* more posts follow: no doorbell yet */
+    VQP_MLX5_MORE      = 1u << 4, /* more posts follow: no doorbell yet */
+    /* The caller made sure VQP_MLX5_MAX_BB BBs are free (it checks room
+     * before choosing the QP): no second check. */
+    VQP_MLX5_HAS_ROOM = 1u << 5
 };
 
 /* How a send queue tells the device about new WQEs. The modes without a

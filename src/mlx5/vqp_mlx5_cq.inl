@@ -219,6 +219,15 @@ vqp_mlx5_cqe_status(const struct mlx5_cqe64 *cqe)
     return vqp_mlx5_cqe_exception(cqe);
 }
 
+/* A successful requester CQE in normal format (opcode MLX5_CQE_REQ, format
+ * not compressed): the fast path's one test, which implies
+ * vqp_mlx5_cqe_status() == UCS_OK. */
+static UCS_F_ALWAYS_INLINE int
+vqp_mlx5_cqe_is_req_ok(const struct mlx5_cqe64 *cqe)
+{
+    return (cqe->op_own & 0xfc) < 0x0c;
+}
+
 /* Ask for an event at the next (solicited, if @a solicited) CQE. Needs the
  * CQ's doorbell page (dv->cq_uar). */
 static inline ucs_status_t vqp_mlx5_cq_arm(vqp_mlx5_cq_t *cq, int solicited)

@@ -362,7 +362,8 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
         ds += vqp_mlx5_inl_ds(len);
     }
     num_bb = (ds * VQP_MLX5_SEG_SIZE + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
-    if (ucs_unlikely(num_bb > vqp_mlx5_txwq_avail(wq))) {
+    if (!(flags & VQP_MLX5_HAS_ROOM) &&
+        ucs_unlikely(num_bb > vqp_mlx5_txwq_avail(wq))) {
         return UCS_ERR_NO_RESOURCE;
     }
 

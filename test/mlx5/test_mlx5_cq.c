@@ -217,6 +217,30 @@ static void test_unexpected_cqes(void **state)
     fake_cq_free(f);
 }
 
+/* The fast path's one test agrees with opcode and status on every op_own
+ * byte: a requester CQE that vqp_mlx5_cqe_status() finds good, nothing
+ * else. */
+static void test_req_ok_every_op_own(void **state)
+{
+    struct mlx5_cqe64 cqe;
+    unsigned op_own;
+    int expect;
+
+    memset(&cqe, 0, sizeof(cqe));
+    for (op_own = 0; op_own < 256; ++op_own) {
+        cqe.op_own = (uint8_t)op_own;
+        expect     = (vqp_mlx5_cqe_opcode(&cqe) == MLX5_CQE_REQ) &&
+                 ((op_own & 0x0c) != 0x0c);
+        assert_int_equal(vqp_mlx5_cqe_is_req_ok(&cqe), expect);
+    }
+    /* And where it holds, the status is good, without a log line. */
+    for (op_own = 0; op_own < 0x0c; ++op_own) {
+        cqe.op_own = (uint8_t)op_own;
+        assert_int_equal(vqp_mlx5_cqe_status(&cqe), UCS_OK);
+    }
+    expect_no_log();
+}
+
 static void test_arm(void **state)
 {
     fake_cq_t *f     = fake_cq_new(8, 64);
@@ -270,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_update_ci_24bit),
         cmocka_unit_test(test_error_syndromes),
         cmocka_unit_test(test_unexpected_cqes),
+        cmocka_unit_test(test_req_ok_every_op_own),
         cmocka_unit_test(test_arm),
     };
 

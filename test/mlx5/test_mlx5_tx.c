@@ -185,6 +185,29 @@ static void test_write_pointer(void **state)
     assert_int_equal(f->wq.bf_offset, 0);
 }
 
+/* VQP_MLX5_HAS_ROOM (the caller checked room) builds the same WQE as a
+ * post that checks room itself. */
+static void test_write_has_room(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1122334455667788ull, 4096, 0xabcd};
+    char wqe[64];
+    int idx;
+
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0xfeedface0000ull, 0x5678,
+                              VQP_MLX5_SIGNALED);
+    assert_int_equal(idx, 0);
+    memcpy(wqe, ctrl_at(f, 0), sizeof(wqe));
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0xfeedface0000ull, 0x5678,
+                              VQP_MLX5_SIGNALED | VQP_MLX5_HAS_ROOM);
+    assert_int_equal(idx, 1);
+    check_ctrl(f, 1, MLX5_OPCODE_RDMA_WRITE, 3, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    /* Only the WQE index in the ctrl segment differs. */
+    assert_memory_equal(wqe + 4, (char *)ctrl_at(f, 1) + 4, sizeof(wqe) - 4);
+    assert_int_equal(f->wq.pi, 2);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 2);
+}
+
 static void test_write_zero_length(void **state)
 {
     tx_fixture_t *f        = *state;
@@ -896,6 +919,8 @@ int main(void)
         cmocka_unit_test(test_init_rejects),
         cmocka_unit_test(test_state_size),
         cmocka_unit_test_setup_teardown(test_write_pointer, tx_setup,
+                                        tx_teardown),
+        cmocka_unit_test_setup_teardown(test_write_has_room, tx_setup,
                                         tx_teardown),
         cmocka_unit_test_setup_teardown(test_write_zero_length, tx_setup,
                                         tx_teardown),
