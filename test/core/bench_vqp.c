@@ -731,7 +731,7 @@ static void bare_cycle(bare_t *bare, side_t *a, side_t *b, unsigned ops,
             if (cqe == NULL) {
                 break;
             }
-            bad |= !vqp_mlx5_cqe_is_req_ok(cqe);
+            bad |= (vqp_mlx5_cqe_status(cqe) != UCS_OK);
             q = bare->by_qpn[vqp_mlx5_cqe_qpn(cqe) % QP_TABLE];
             vqp_mlx5_txwq_complete(&q->tx, vqp_mlx5_cqe_wqe_counter(cqe));
         }
