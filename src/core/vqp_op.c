@@ -40,7 +40,10 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_frag_seq(const vqp_t *vqp,
 }
 
 /* No CQ credit left for a WQE of @a pqp: its virtual QP waits on the CQ's
- * list until CQEs of any QP give credits back. Returns 0. */
+ * list until CQEs of any QP give credits back. Every shortage asks for
+ * covers, also one met while the virtual QP is still on the list (credits
+ * that came back were used up again within the same poll): the WQEs
+ * holding the credits may all be unsignaled. Returns 0. */
 static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
 {
     vqp_t *vqp = pqp->vqp;
@@ -48,9 +51,9 @@ static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
     if (!vqp->credit_wait) {
         vqp->credit_wait = 1;
         ucs_list_add_tail(&vqp->cq->credit_waiters, &vqp->credit_list);
-        vqp->cq->cover_pending = 1;
         ++vqp->stats.credit_waits;
     }
+    vqp->cq->cover_pending = 1;
     return 0;
 }
 

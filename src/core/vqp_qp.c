@@ -104,6 +104,16 @@ static void *vqp_ring_alloc_aligned(uint32_t count, size_t elem,
     return ring;
 }
 
+/* The largest fragment ring a QP on @a dev can have: a power of two whose
+ * SQ of two BBs per entry the device accepts. */
+static uint32_t vqp_qp_max_frags(vqp_dev_t *dev)
+{
+    vqp_dev_attr_t attr;
+
+    vqp_dev_query(dev, &attr);
+    return ucs_rounddown_pow2(ucs_max(attr.max_qp_wr / 2, 1u));
+}
+
 static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
                                    unsigned i)
 {
@@ -145,6 +155,10 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
         pqp->rx_cap = rq;
     }
 
+    /* The SQ holds twice the ring (vqp_pqp_create below): the send and
+     * notify QPs, sized by max_ops, take what the device allows, and
+     * operations beyond wait in the operation ring. */
+    frags      = ucs_min(frags, vqp_qp_max_frags(cd->dev));
     pqp->frags = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
                                 "vqp_frags");
     pqp->frag_limit = pqp->frag_mask + 1;

@@ -40,8 +40,8 @@
 #define VQP_SW_BF_SIZE     256u
 #define VQP_SW_MAX_SGE     16u
 #define VQP_SW_MAX_INLINE  512u
-#define VQP_SW_MAX_QP_WR   8192u
-#define VQP_SW_MAX_CQE     65536u
+#define VQP_SW_MAX_QP_WR   32768u     /* as a ConnectX */
+#define VQP_SW_MAX_CQE     (1u << 20) /* a quarter of the arena */
 #define VQP_SW_MAX_MSG     (1ul << 31)
 #define VQP_SW_NO_SRQ      UINT32_MAX
 #define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */

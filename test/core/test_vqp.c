@@ -39,6 +39,9 @@ typedef struct pair {
     side_t b;
 } pair_t;
 
+/* CQ entries of the sides opened next (0: the default). */
+static uint32_t side_cq_entries;
+
 static void side_open(side_t *s)
 {
     vqp_cq_params_t cqp;
@@ -48,6 +51,9 @@ static void side_open(side_t *s)
     vqp_cq_params_default(&cqp);
     cqp.devs[0]  = s->dev;
     cqp.num_devs = 1;
+    if (side_cq_entries != 0) {
+        cqp.cqe = side_cq_entries;
+    }
     assert_int_equal(vqp_cq_create(&cqp, &s->cq), UCS_OK);
     s->buf = aligned_alloc(4096, BUF_SIZE);
     assert_non_null(s->buf);
@@ -972,6 +978,96 @@ static void test_inline_not_replayed(void **state)
     assert_int_equal(stats.frags_replayed, 1);
     pair_idle(&p, 100);
     assert_int_equal(p.a.nwcs, 2);
+    pair_destroy(&p);
+}
+
+/* Unsignaled operations, many more than the CQ has entries for: each time
+ * the credits run out, the WQEs holding them are all unsignaled, and only a
+ * cover NOP brings them back. The shortage recurs within the poll that got
+ * the credits back (the waiting operations use them up at once); every such
+ * episode must get its cover, or the virtual QP waits forever. */
+static void test_credit_episodes(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    const unsigned n    = 3000;
+    vqp_send_wr_t wr;
+    vqp_stats_t stats;
+    unsigned i, tries;
+    uint64_t *src, *dst;
+    pair_t p;
+
+    params.max_ops  = 1024; /* signals every 512: more than the credits */
+    side_cq_entries = 256;
+    pair_create(&p, &params);
+    side_cq_entries = 0;
+    src             = (uint64_t *)p.a.buf;
+    dst             = (uint64_t *)p.b.buf;
+    memset(p.b.buf, 0, n * sizeof(uint64_t));
+    for (i = 0; i < n; ++i) {
+        src[i]   = 0x7700000000ull + i;
+        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * sizeof(uint64_t),
+                           i * sizeof(uint64_t), sizeof(uint64_t));
+        wr.flags = (i + 1 == n) ? VQP_SEND_SIGNALED : 0;
+        for (tries = 0; vqp_post_send(p.a.vqp, &wr) == UCS_ERR_NO_RESOURCE;
+             ++tries) {
+            if (tries == 1000000) {
+                fail_msg("operation %u of %u never got room", i, n);
+            }
+            pair_idle(&p, 1);
+        }
+    }
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, n - 1);
+    assert_int_equal(p.a.wcs[0].status, UCS_OK);
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    for (i = 0; i < n; ++i) {
+        assert_true(dst[i] == 0x7700000000ull + i);
+    }
+    vqp_query_stats(p.a.vqp, &stats);
+    assert_true(stats.credit_waits >= 1); /* it did run short */
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, 1);
+    pair_destroy(&p);
+}
+
+/* max_ops beyond what the device's SQ can hold: the send QP takes what the
+ * device allows and the rest wait in the operation ring, completing in
+ * order (one data QP: every operation goes to the send QP). */
+static void test_max_ops_beyond_sq(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    vqp_dev_attr_t attr;
+    vqp_send_wr_t wr;
+    unsigned i, n;
+    uint64_t *src, *dst;
+    pair_t p;
+
+    params.max_ops = 1u << 20;
+    pair_create(&p, &params);
+    vqp_dev_query(p.a.dev, &attr);
+    n = attr.max_qp_wr / 2 + 1000; /* more than the send QP's ring */
+    assert_true(n * sizeof(uint64_t) <= BUF_SIZE);
+    assert_true(n < params.max_ops);
+    src = (uint64_t *)p.a.buf;
+    dst = (uint64_t *)p.b.buf;
+    memset(p.b.buf, 0, n * sizeof(uint64_t));
+    for (i = 0; i < n; ++i) {
+        src[i]   = 0x5a00000000ull + i;
+        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * sizeof(uint64_t),
+                           i * sizeof(uint64_t), sizeof(uint64_t));
+        wr.flags = (i + 1 == n) ? VQP_SEND_SIGNALED : 0;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    assert_true(vqp_ops_in_flight(p.a.vqp) == n);
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, n - 1);
+    assert_int_equal(p.a.wcs[0].status, UCS_OK);
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    for (i = 0; i < n; ++i) {
+        assert_true(dst[i] == 0x5a00000000ull + i);
+    }
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, 1);
     pair_destroy(&p);
 }
 
@@ -2129,6 +2225,8 @@ int main(void)
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_inline_not_replayed),
+        cmocka_unit_test(test_credit_episodes),
+        cmocka_unit_test(test_max_ops_beyond_sq),
         cmocka_unit_test(test_all_qps_fail),
         cmocka_unit_test(test_remote_access_error),
         cmocka_unit_test(test_destroy_in_flight),

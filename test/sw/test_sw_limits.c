@@ -55,9 +55,9 @@ static void test_null_and_bad_args(void **state)
         vqp_sw_mr_reg(dev, (void *)(UINTPTR_MAX - 8), 64, 0, &mr, &lkey, &rkey),
         UCS_ERR_INVALID_PARAM);
     assert_true(sw_test_log_has("wraps"));
-    assert_int_equal(sw_test_cq_create(dev, 1u << 20, &cq),
+    assert_int_equal(sw_test_cq_create(dev, 1u << 21, &cq),
                      UCS_ERR_INVALID_PARAM);
-    assert_true(sw_test_log_has("cq_create with 1048576 entries"));
+    assert_true(sw_test_log_has("cq_create with 2097152 entries"));
 
     /* A QP needs CQs of its own device. */
     assert_int_equal(sw_test_cq_create(dev, 8, &cq), UCS_OK);
