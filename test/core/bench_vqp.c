@@ -60,20 +60,19 @@
 #endif
 
 #define OP_BYTES_DEFAULT (64u * 1024) /* bytes per operation */
-#ifndef MAX_OPS
-#define MAX_OPS 4096u /* see docs/performance.md: SQ limit */
-#endif
-#define CQ_ENTRIES   65536u /* the software device's largest CQ */
-#define MAX_RECVS    256u   /* vqp_params_default */
-#define POLL_BATCH   64u    /* completions asked per vqp_cq_poll */
-#define QP_TABLE     1024u  /* bare QPs by QPN low bits */
-#define DEVICE_STEPS 20000000u
+#define MAX_OPS          65536u       /* operations in flight at most */
+#define RING_MAX         16384u     /* a QP's fragment ring: SQ of 32768 BBs */
+#define CQ_ENTRIES       (1u << 20) /* the software device's largest CQ */
+#define MAX_RECVS        256u       /* vqp_params_default */
+#define POLL_BATCH       64u        /* completions asked per vqp_cq_poll */
+#define QP_TABLE         1024u      /* bare QPs by QPN low bits */
+#define DEVICE_STEPS     20000000u
 /* Polls in a row that return nothing before a cycle is declared stuck: a
  * call may consume max_poll CQEs of fragments and report no operation. */
 #define IDLE_POLLS (1u << 20)
 
-static const unsigned num_qps_list[] = {1, 16, 128, 1023};
-static const unsigned ops_list[]     = {1, 16, 256, 1024, 4096};
+static const unsigned num_qps_list[] = {1, 16, 128, 1024};
+static const unsigned ops_list[]     = {1, 16, 256, 1024, 4096, 16384, 65536};
 static const unsigned frags_list[]   = {1, 16};
 
 /* ------------------------------------------------------------ options */
@@ -435,20 +434,22 @@ typedef struct result {
     unsigned wqes; /* WQEs per operation */
 } result_t;
 
-/* Fragments each data QP may have in flight: the largest power of two the
- * core accepts on one CQ, which reserves room for every fragment-ring entry
- * and every receive of its QPs (DQPLB data QPs keep 2 x max_outstanding
- * receives; the SEND QP max(ring, max_ops) + max_recvs). */
-static uint32_t qp_cap(unsigned num_qps, unsigned max_ops)
+/* Fragments each data QP may have in flight: the largest power of two (up
+ * to what an SQ of the device holds) for which one CQ takes the receives
+ * the core keeps posted (2 x max_outstanding on each DQPLB data QP,
+ * MAX_RECVS on the send QP), a cover entry per QP, and a CQE for every
+ * fragment-ring entry of the data QPs and the send QP (RING_MAX, its ring
+ * with max_ops = MAX_OPS) in flight. A single QP is the send QP. */
+static uint32_t qp_cap(unsigned num_qps)
 {
-    uint32_t cap = MAX_OPS, fixed;
+    uint32_t cap = RING_MAX;
 
     if (num_qps == 1) {
         return cap;
     }
     for (; cap > 1; cap /= 2) {
-        fixed = ucs_max(cap, ucs_roundup_pow2(max_ops)) + MAX_RECVS;
-        if ((uint64_t)num_qps * 3 * cap + fixed <= CQ_ENTRIES) {
+        if ((uint64_t)num_qps * 3 * cap + MAX_RECVS + num_qps + 1 + RING_MAX <=
+            CQ_ENTRIES) {
             break;
         }
     }
@@ -468,7 +469,7 @@ static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
     params.lb               = VQP_LB_DQPLB;
     params.frag_size        = frag_size;
     params.stripe_threshold = frag_size;
-    params.max_outstanding  = qp_cap(num_qps, MAX_OPS);
+    params.max_outstanding  = qp_cap(num_qps);
     params.max_recvs        = MAX_RECVS;
     params.max_ops          = MAX_OPS;
     cq_open(a, CQ_ENTRIES);
@@ -608,7 +609,7 @@ typedef struct bare {
 /* N QPs on each side, sized as the core's data QPs, connected pairwise. */
 static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
 {
-    uint32_t cap           = qp_cap(num_qps, MAX_OPS);
+    uint32_t cap           = qp_cap(num_qps);
     vqp_dev_qp_init_t init = {0};
     vqp_dev_qp_addr_t remote;
     vqp_dev_qp_caps_t caps;
@@ -763,8 +764,10 @@ static unsigned cycles_for(unsigned ops)
     if (opt.insn) { /* counts repeat exactly: few cycles suffice */
         return (ops >= 64) ? 1 : 64 / ops;
     }
+    /* A cycle of the largest K is a round on its own: the device moves
+     * K x op_bytes between two cycles. */
     c = opt.round_ops / ops;
-    return ucs_max(c, 2u);
+    return ucs_max(c, (ops >= opt.round_ops) ? 1u : 2u);
 }
 
 /* Best of opt.rounds rounds (time), or one round of each phase (insn). */
@@ -846,11 +849,12 @@ static void bare_cycle_fn(void *arg, unsigned ops, phase_t *post, phase_t *comp)
 
 static int feasible(unsigned num_qps, unsigned ops, unsigned frags)
 {
-    uint32_t cap  = qp_cap(num_qps, MAX_OPS);
+    uint32_t cap  = qp_cap(num_qps);
     uint64_t wqes = (num_qps == 1) ? ops : (uint64_t)ops * frags;
 
-    return (ops <= MAX_OPS) && (wqes <= CQ_ENTRIES) &&
-           ((num_qps == 1) || ((wqes + num_qps - 1) / num_qps <= cap));
+    /* Every WQE of a cycle posted at once: one QP's ring, or an even share
+     * of the data QPs' rings. */
+    return (ops <= MAX_OPS) && ((wqes + num_qps - 1) / num_qps <= cap);
 }
 
 static void print_header(void)
@@ -1098,7 +1102,7 @@ static void run_memory(void)
         vqp_params_default(&p);
         p.num_qps         = n;
         p.cq              = a.cq;
-        p.max_outstanding = ucs_min(p.max_outstanding, qp_cap(n, p.max_ops));
+        p.max_outstanding = ucs_min(p.max_outstanding, qp_cap(n));
         alloc_live        = 0;
         alloc_start();
         if (vqp_create(&p, &vqp) != UCS_OK) {
