@@ -71,6 +71,9 @@ typedef struct uct_rc_vqp_rx_desc {
     (UCS_BIT(UCT_ATOMIC_OP_AND) | UCS_BIT(UCT_ATOMIC_OP_OR) | \
      UCS_BIT(UCT_ATOMIC_OP_XOR))
 
+/* The largest header of am_zcopy (uct_iface_attr_t.cap.am.max_hdr). */
+#define UCT_RC_VQP_AM_MAX_HDR(_seg_size) ucs_min((_seg_size) / 2, 128ul)
+
 typedef struct uct_rc_vqp_iface {
     uct_base_iface_t super;
     vqp_dev_t *dev;

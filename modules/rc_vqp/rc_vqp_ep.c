@@ -179,6 +179,32 @@ void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
     ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
 }
 
+/* ------------------------------------------------------------ checks */
+
+/* UCT's argument checks, in every build (UCX compiles its own only with
+ * parameter checking on). An id beyond the table would reach the handler of
+ * another id, since the receiver masks it. */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_check_am_id(uint8_t id)
+{
+    if (ucs_unlikely(id >= UCT_AM_ID_MAX)) {
+        ucs_error("rc_vqp: invalid active message id %u (valid range: 0..%d)",
+                  id, (int)UCT_AM_ID_MAX - 1);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_rc_vqp_check_length(const char *what, size_t length, size_t max)
+{
+    if (ucs_unlikely(length > max)) {
+        ucs_error("rc_vqp: invalid %s length %zu (at most %zu)", what, length,
+                  max);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
 /* ------------------------------------------------------------ operations */
 
 /* Post @a wr, fenced if the user asked for a fence since the last one. */
@@ -275,6 +301,11 @@ ucs_status_t uct_rc_vqp_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     uct_rc_vqp_ep_t *ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
     vqp_send_wr_t wr;
 
+    if (uct_rc_vqp_check_length(
+            "put_short", length,
+            UCT_RC_VQP_EP_IFACE(ep)->vqp_params.max_inline) != UCS_OK) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, 0, VQP_SEND_INLINE, buffer, length, 0,
                        remote_addr, rkey);
     return uct_rc_vqp_ep_post(ep, &wr);
@@ -352,9 +383,8 @@ ucs_status_t uct_rc_vqp_ep_get_bcopy(uct_ep_h tl_ep,
     ucs_status_t status;
     vqp_send_wr_t wr;
 
-    if (length > iface->seg_size) {
-        ucs_error("rc_vqp: get_bcopy of %zu bytes, at most %zu", length,
-                  iface->seg_size);
+    if (uct_rc_vqp_check_length("get_bcopy", length, iface->seg_size) !=
+        UCS_OK) {
         return UCS_ERR_INVALID_PARAM;
     }
     desc = uct_rc_vqp_ep_get_desc(ep);
@@ -395,9 +425,9 @@ ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
     ucs_status_t status;
     vqp_send_wr_t wr;
 
-    if (sizeof(hdr) + length > iface->vqp_params.max_inline) {
-        ucs_error("rc_vqp: am_short of %zu bytes, at most %u",
-                  sizeof(hdr) + length, iface->vqp_params.max_inline);
+    if ((uct_rc_vqp_check_am_id(id) != UCS_OK) ||
+        (uct_rc_vqp_check_length("am_short", sizeof(hdr) + length,
+                                 iface->vqp_params.max_inline) != UCS_OK)) {
         return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_unlikely(ep->fc_credits <= 0)) {
@@ -427,6 +457,9 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     vqp_send_wr_t wr;
     size_t length;
 
+    if (uct_rc_vqp_check_am_id(id) != UCS_OK) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (ucs_unlikely(ep->fc_credits <= 0)) {
         return UCS_ERR_NO_RESOURCE;
     }
@@ -464,9 +497,12 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     for (i = 0; i < iovcnt; ++i) {
         length += uct_iov_get_length(&iov[i]);
     }
-    if (length > iface->seg_size) {
-        ucs_error("rc_vqp: am_zcopy of %zu bytes, at most %zu", length,
-                  iface->seg_size);
+    if ((uct_rc_vqp_check_am_id(id) != UCS_OK) ||
+        (uct_rc_vqp_check_length("am_zcopy header", header_length,
+                                 UCT_RC_VQP_AM_MAX_HDR(iface->seg_size)) !=
+         UCS_OK) ||
+        (uct_rc_vqp_check_length("am_zcopy", length, iface->seg_size) !=
+         UCS_OK)) {
         return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_unlikely(ep->fc_credits <= 0)) {

@@ -312,7 +312,7 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     attr->cap.am.max_bcopy       = iface->seg_size;
     attr->cap.am.min_zcopy       = 0;
     attr->cap.am.max_zcopy       = iface->seg_size;
-    attr->cap.am.max_hdr         = ucs_min(iface->seg_size / 2, 128ul);
+    attr->cap.am.max_hdr         = UCT_RC_VQP_AM_MAX_HDR(iface->seg_size);
     attr->cap.am.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
     attr->cap.am.align_mtu       = dev_attr.path_mtu;
     attr->cap.am.max_iov         = 1;
@@ -553,6 +553,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     uct_rc_vqp_iface_config_t *config =
         ucs_derived_of(tl_config, uct_rc_vqp_iface_config_t);
     uct_rc_vqp_md_t *md = ucs_derived_of(tl_md, uct_rc_vqp_md_t);
+    size_t payload_offset, am_align, am_align_offset;
     vqp_cq_params_t cq_params;
     vqp_dev_attr_t attr;
     ucs_status_t status;
@@ -580,14 +581,28 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     if (status != UCS_OK) {
         return status;
     }
+    /* AM payloads start after the descriptor and the user's headroom; by
+     * default that point is cache-line aligned (the device writes whole
+     * lines), else where the user's alignment and offset put it. */
+    self->rx_headroom =
+        UCT_IFACE_PARAM_VALUE(params, rx_headroom, RX_HEADROOM, 0);
+    payload_offset = sizeof(uct_rc_vqp_rx_desc_t) + self->rx_headroom;
+    status         = uct_iface_param_am_alignment(params, config->seg_size,
+                                                  payload_offset, payload_offset,
+                                                  &am_align, &am_align_offset);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if ((am_align == 0) || !ucs_is_pow2(am_align)) {
+        ucs_error("rc_vqp: AM alignment %zu is not a power of two", am_align);
+        return UCS_ERR_INVALID_PARAM;
+    }
 
     self->dev              = md->dev;
     self->seg_size         = config->seg_size;
     self->ext_atomic_sizes = attr.ext_atomic_sizes;
-    self->rx_headroom =
-        UCT_IFACE_PARAM_VALUE(params, rx_headroom, RX_HEADROOM, 0);
-    self->fc_wnd          = config->fc_wnd_size;
-    self->release_desc.cb = uct_rc_vqp_release_desc;
+    self->fc_wnd           = config->fc_wnd_size;
+    self->release_desc.cb  = uct_rc_vqp_release_desc;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->pending_eps);
     ucs_arbiter_init(&self->arbiter);
@@ -620,7 +635,8 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->vqp_params.connect.retry_cnt = config->retry_count;
     self->vqp_params.connect.min_rnr_timer =
         uct_rc_vqp_ib_rnr_timer(config->rnr_timeout);
-    self->ep_addr_len = vqp_address_size_for(&self->vqp_params);
+    self->vqp_params.fail_log_level = self->super.config.failure_level;
+    self->ep_addr_len               = vqp_address_size_for(&self->vqp_params);
 
     status = ucs_mpool_init(&self->tx_mp, sizeof(void *),
                             sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size, 0,
@@ -632,10 +648,9 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->tx_mp) = self;
 
     status = ucs_mpool_init(&self->rx_mp, sizeof(void *),
-                            sizeof(uct_rc_vqp_rx_desc_t) + self->rx_headroom +
-                                self->seg_size,
-                            0, UCS_SYS_CACHE_LINE_SIZE, 256, UINT_MAX,
-                            &uct_rc_vqp_rx_mp_ops, "rc_vqp_rx");
+                            payload_offset + self->seg_size, am_align_offset,
+                            am_align, 256, UINT_MAX, &uct_rc_vqp_rx_mp_ops,
+                            "rc_vqp_rx");
     if (status != UCS_OK) {
         goto err_tx_mp;
     }

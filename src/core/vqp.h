@@ -28,6 +28,7 @@
 #define VQP_H_
 
 #include <dev/vqp_dev.h>
+#include <ucs/config/types.h>
 #include <ucs/type/status.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -171,6 +172,10 @@ typedef struct vqp_params {
      * only). Needs comp_cb, and the SRQ must be on the first device of cq. */
     vqp_srq_t *srq;
     vqp_dev_connect_params_t connect; /* timeouts, retries, access */
+    /* Level of the line logged when a physical QP fails (default WARN;
+     * UCT's interfaces pass their failure level, DIAG unless configured,
+     * since the error reaches the user's handler). */
+    ucs_log_level_t fail_log_level;
 } vqp_params_t;
 
 void vqp_params_default(vqp_params_t *params);

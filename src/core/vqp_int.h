@@ -229,6 +229,7 @@ struct vqp {
 
     unsigned wc_reserve; /* entries reserved in the CQ's wc ring */
     vqp_dev_connect_params_t connect;
+    ucs_log_level_t fail_log_level;
     int connected;
     int canceling;   /* vqp_cancel(): QP failures are expected */
     int rx_starved;  /* a core RQ stopped short (arrived ring full) */

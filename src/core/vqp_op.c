@@ -900,7 +900,7 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     if (pqp->role == VQP_ROLE_DATA) {
         --vqp->alive;
     }
-    ucs_log(vqp->canceling ? UCS_LOG_LEVEL_DEBUG : UCS_LOG_LEVEL_WARN,
+    ucs_log(vqp->canceling ? UCS_LOG_LEVEL_DEBUG : vqp->fail_log_level,
             "vqp %p: QP 0x%x failed (%s): excluded, %u of %u data QPs left",
             vqp, pqp->qpn, ucs_status_string(status), vqp->alive, vqp->num_qps);
     /* Make sure every WQE still queued comes back (flushed). */

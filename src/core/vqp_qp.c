@@ -45,6 +45,7 @@ void vqp_params_default(vqp_params_t *params)
     params->max_ops          = 1024;
     params->max_recvs        = 256;
     params->max_inline       = 64;
+    params->fail_log_level   = UCS_LOG_LEVEL_WARN;
     vqp_dev_connect_params_default(&params->connect);
 }
 
@@ -343,6 +344,7 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->comp_cb          = params->comp_cb;
     vqp->comp_arg         = params->comp_arg;
     vqp->connect          = params->connect;
+    vqp->fail_log_level   = params->fail_log_level;
     vqp->fatal            = UCS_OK;
     {
         vqp_dev_attr_t attr;

@@ -43,6 +43,9 @@ typedef struct side {
     void *iface_addr;
     int am_count;
     char am_data[64];
+    void *am_ptr; /* where the last AM's data was */
+    unsigned am_flags;
+    int am0_count; /* AMs that reached id 0 */
 } side_t;
 
 static uct_component_h component;
@@ -63,16 +66,29 @@ static ucs_status_t am_cb(void *arg, void *data, size_t length, unsigned flags)
     side_t *s = arg;
 
     ++s->am_count;
+    s->am_ptr   = data;
+    s->am_flags = flags;
     memcpy(s->am_data, data,
            length < sizeof(s->am_data) ? length : sizeof(s->am_data));
     return UCS_OK;
 }
 
-/* @a cq_len / @a rx_len: NULL for the defaults. */
-static void open_side_cq(side_t *s, const char *cq_len, const char *rx_len)
+static ucs_status_t am0_cb(void *arg, void *data, size_t length, unsigned flags)
+{
+    ++((side_t *)arg)->am0_count;
+    return UCS_OK;
+}
+
+/* @a cq_len / @a rx_len: NULL for the defaults; @a align_fields: which of
+ * UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT / _AM_ALIGN_OFFSET to pass. Returns
+ * uct_iface_open's status (the side is usable only on UCS_OK). */
+static ucs_status_t open_side_ex(side_t *s, const char *cq_len,
+                                 const char *rx_len, uint64_t align_fields,
+                                 size_t align, size_t align_offset)
 {
     uct_iface_params_t params = {0};
     uct_iface_config_t *config;
+    ucs_status_t status;
 
     memset(s, 0, sizeof(*s));
     CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
@@ -86,15 +102,28 @@ static void open_side_cq(side_t *s, const char *cq_len, const char *rx_len)
     params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
     params.mode.device.tl_name  = "rc_vqp";
     params.mode.device.dev_name = "vqp_sw0";
-    CHECK_OK(uct_iface_open(md, worker, &params, config, &s->iface));
+    params.field_mask |= align_fields;
+    params.am_alignment    = align;
+    params.am_align_offset = align_offset;
+    status = uct_iface_open(md, worker, &params, config, &s->iface);
     uct_config_release(config);
+    if (status != UCS_OK) {
+        return status;
+    }
     CHECK_OK(uct_iface_query(s->iface, &s->attr));
     s->dev_addr   = calloc(1, s->attr.device_addr_len);
     s->iface_addr = calloc(1, s->attr.iface_addr_len);
     CHECK_OK(uct_iface_get_device_address(s->iface, s->dev_addr));
     CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr));
     CHECK_OK(uct_iface_set_am_handler(s->iface, AM_ID, am_cb, s, 0));
+    CHECK_OK(uct_iface_set_am_handler(s->iface, 0, am0_cb, s, 0));
     uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    return UCS_OK;
+}
+
+static void open_side_cq(side_t *s, const char *cq_len, const char *rx_len)
+{
+    CHECK_OK(open_side_ex(s, cq_len, rx_len, 0, 0, 0));
 }
 
 static void open_side(side_t *s)
@@ -184,6 +213,113 @@ static void exchange(uct_ep_h ep, side_t *dst, char *lbuf, uct_mem_h lmemh,
           ucs_status_string(comp.uc.status));
     CHECK(!memcmp(lbuf + 4096, lbuf, 4096), "%s: get data differs", what);
     printf("ok - %s\n", what);
+}
+
+static size_t pack_cb(void *dest, void *arg)
+{
+    memcpy(dest, arg, 16);
+    return 16;
+}
+
+/* Arguments UCT refuses (UCS_ERR_INVALID_PARAM), each before anything is
+ * sent: an AM id beyond UCT_AM_ID_MAX (which the receiver would mask into
+ * another id), an am_zcopy header beyond max_hdr, a put_short beyond
+ * max_short. */
+static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
+                          uct_mem_h lmemh, char *rbuf, uct_rkey_t rkey)
+{
+    char hdr[512] = {0};
+    uct_iov_t iov = {.buffer = lbuf, .length = 16, .memh = lmemh, .count = 1};
+    int am0       = dst->am0_count;
+    int am        = dst->am_count;
+    ucs_status_t st;
+    ssize_t len;
+    unsigned i;
+
+    CHECK(src->attr.cap.am.max_hdr < sizeof(hdr), "max_hdr %zu",
+          src->attr.cap.am.max_hdr);
+    st = uct_ep_am_short(ep, UCT_AM_ID_MAX, 0, "x", 1);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "am_short id 32: %s",
+          ucs_status_string(st));
+    len = uct_ep_am_bcopy(ep, UCT_AM_ID_MAX, pack_cb, hdr, 0);
+    CHECK(len == UCS_ERR_INVALID_PARAM, "am_bcopy id 32: %zd", len);
+    st = uct_ep_am_zcopy(ep, UCT_AM_ID_MAX, hdr, 8, &iov, 1, 0, NULL);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "am_zcopy id 32: %s",
+          ucs_status_string(st));
+    st = uct_ep_am_zcopy(ep, AM_ID, hdr, src->attr.cap.am.max_hdr + 1, &iov, 1,
+                         0, NULL);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "am_zcopy header max_hdr + 1: %s",
+          ucs_status_string(st));
+    st = uct_ep_put_short(ep, lbuf, src->attr.cap.put.max_short + 1,
+                          (uintptr_t)rbuf, rkey);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "put_short of max_short + 1: %s",
+          ucs_status_string(st));
+    /* Nothing arrived anywhere, and the endpoint still works. */
+    for (i = 0; i < 1000; ++i) {
+        uct_worker_progress(worker);
+    }
+    CHECK((dst->am0_count == am0) && (dst->am_count == am),
+          "a refused AM arrived (id 0: %d, id %d: %d)", dst->am0_count - am0,
+          AM_ID, dst->am_count - am);
+    exchange(ep, dst, lbuf, lmemh, rbuf, rkey, "endpoint after bad arguments");
+}
+
+/* uct_iface_params_t.am_alignment / am_align_offset: refused when
+ * meaningless, honoured for the data AM handlers get in a descriptor. */
+static void am_alignment(side_t *dst_default)
+{
+    static const size_t aligns[][2] = {{256, 0}, {256, 3}, {4096, 100}};
+    uint64_t both                   = UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT |
+                    UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
+    uct_ep_params_t ep_params = {0};
+    char payload[16]          = "aligned payload";
+    uintptr_t ptr;
+    side_t s, d;
+    uct_ep_h ep;
+    unsigned i;
+
+    CHECK(open_side_ex(&s, NULL, NULL, UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT, 0,
+                       0) == UCS_ERR_INVALID_PARAM,
+          "alignment 0 accepted");
+    CHECK(open_side_ex(&s, NULL, NULL, UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT, 3,
+                       0) == UCS_ERR_INVALID_PARAM,
+          "alignment 3 accepted");
+    CHECK(open_side_ex(&s, NULL, NULL, UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET, 0,
+                       8) == UCS_ERR_INVALID_PARAM,
+          "an offset without alignment accepted");
+
+    /* Default: the payload is cache-line aligned. */
+    CHECK(((uintptr_t)dst_default->am_ptr % 64) == 0,
+          "default AM data at %p, not cache-line aligned", dst_default->am_ptr);
+
+    for (i = 0; i < sizeof(aligns) / sizeof(aligns[0]); ++i) {
+        open_side(&s);
+        CHECK_OK(
+            open_side_ex(&d, NULL, NULL, both, aligns[i][0], aligns[i][1]));
+        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                               UCT_EP_PARAM_FIELD_DEV_ADDR |
+                               UCT_EP_PARAM_FIELD_IFACE_ADDR;
+        ep_params.iface      = s.iface;
+        ep_params.dev_addr   = d.dev_addr;
+        ep_params.iface_addr = d.iface_addr;
+        CHECK_OK(uct_ep_create(&ep_params, &ep));
+        while (uct_ep_am_bcopy(ep, AM_ID, pack_cb, payload, 0) ==
+               UCS_ERR_NO_RESOURCE) {
+            uct_worker_progress(worker);
+        }
+        wait_int(&d.am_count, 1, "aligned AM");
+        ptr = (uintptr_t)d.am_ptr;
+        CHECK(d.am_flags & UCT_CB_PARAM_FLAG_DESC, "AM data not in a desc");
+        CHECK(((ptr + aligns[i][1]) % aligns[i][0]) == 0,
+              "AM data at %p: + %zu not aligned to %zu", d.am_ptr, aligns[i][1],
+              aligns[i][0]);
+        CHECK(!memcmp(d.am_data, payload, sizeof(payload)),
+              "aligned AM payload differs");
+        uct_ep_destroy(ep);
+        close_side(&s);
+        close_side(&d);
+    }
+    printf("ok - AM alignment parameters\n");
 }
 
 #define MANY_EPS    120
@@ -327,7 +463,9 @@ int main(void)
     CHECK_OK(uct_ep_create(&ep_params, &ep));
     exchange(ep, &b, lbuf, lmemh, rbuf, rkey.rkey,
              "interface to another interface of the process");
+    bad_arguments(ep, &a, &b, lbuf, lmemh, rbuf, rkey.rkey);
     uct_ep_destroy(ep);
+    am_alignment(&b);
 
     /* An interface to itself. */
     ep_params.dev_addr   = a.dev_addr;
@@ -371,6 +509,6 @@ int main(void)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("5 passed, 0 failed\n");
+    printf("7 passed, 0 failed\n");
     return 0;
 }
