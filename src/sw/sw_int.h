@@ -24,17 +24,17 @@
 
 /* Segment versions: 2 UD QPs; 3 armed; 4 record seq; 5 16 Ki QPs. */
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     5u
+#define VQP_SW_VERSION     6u
 #define VQP_SW_MAX_QP      16384u
 #define VQP_SW_QP_BITS     14u
 #define VQP_SW_MAX_CQ      512u
 #define VQP_SW_MAX_SRQ     64u
-#define VQP_SW_MAX_MR      1024u
-#define VQP_SW_MR_BITS     10u
+#define VQP_SW_MAX_MR      16384u
+#define VQP_SW_MR_BITS     14u
 #define VQP_SW_INBOUND     4096u         /* responder records, power of two */
 #define VQP_SW_ARENA_SIZE  (256ul << 20) /* sparse in tmpfs */
 #define VQP_SW_PAGE        4096ul
-#define VQP_SW_MAX_PEERS   64u
+#define VQP_SW_MAX_PEERS   1024u
 #define VQP_SW_BB          64u
 #define VQP_SW_MAX_WQE_BB  16u /* ds is 6 bits: 63 x 16 bytes */
 #define VQP_SW_BF_SIZE     256u
