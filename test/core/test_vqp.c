@@ -981,6 +981,53 @@ static void test_inline_not_replayed(void **state)
     pair_destroy(&p);
 }
 
+/* @a n unsignaled 8-byte WRITEs of tagged words from a to b, the last one
+ * signaled. @a may_wait: a post may be refused for room (progress and
+ * retry, bounded); otherwise each must be accepted at once. */
+static void post_tagged_writes(pair_t *p, unsigned n, uint64_t tag,
+                               int may_wait)
+{
+    uint64_t *src = (uint64_t *)p->a.buf;
+    vqp_send_wr_t wr;
+    ucs_status_t st;
+    unsigned i, tries;
+
+    assert_true(n * sizeof(uint64_t) <= BUF_SIZE);
+    memset(p->b.buf, 0, n * sizeof(uint64_t));
+    for (i = 0; i < n; ++i) {
+        src[i]   = tag + i;
+        wr       = make_wr(&p->a, &p->b, VQP_OP_WRITE, i, i * sizeof(uint64_t),
+                           i * sizeof(uint64_t), sizeof(uint64_t));
+        wr.flags = (i + 1 == n) ? VQP_SEND_SIGNALED : 0;
+        for (tries = 0; (st = vqp_post_send(p->a.vqp, &wr)) != UCS_OK;
+             ++tries) {
+            assert_int_equal(st, UCS_ERR_NO_RESOURCE);
+            if (!may_wait || (tries == 1000000)) {
+                fail_msg("operation %u of %u never got room", i, n);
+            }
+            pair_idle(p, 1);
+        }
+    }
+}
+
+/* The last of them completed alone, nothing is in flight, all words
+ * arrived. */
+static void check_tagged_writes(pair_t *p, unsigned n, uint64_t tag)
+{
+    const uint64_t *dst = (const uint64_t *)p->b.buf;
+    unsigned i;
+
+    pair_wait(p, 1, 0);
+    assert_int_equal(p->a.wcs[0].wr_id, n - 1);
+    assert_int_equal(p->a.wcs[0].status, UCS_OK);
+    assert_int_equal(vqp_ops_in_flight(p->a.vqp), 0);
+    for (i = 0; i < n; ++i) {
+        assert_true(dst[i] == tag + i);
+    }
+    pair_idle(p, 100);
+    assert_int_equal(p->a.nwcs, 1);
+}
+
 /* Unsignaled operations, many more than the CQ has entries for: each time
  * the credits run out, the WQEs holding them are all unsignaled, and only a
  * cover NOP brings them back. The shortage recurs within the poll that got
@@ -990,43 +1037,17 @@ static void test_credit_episodes(void **state)
 {
     vqp_params_t params = base_params(1, VQP_LB_DQPLB);
     const unsigned n    = 3000;
-    vqp_send_wr_t wr;
     vqp_stats_t stats;
-    unsigned i, tries;
-    uint64_t *src, *dst;
     pair_t p;
 
     params.max_ops  = 1024; /* signals every 512: more than the credits */
     side_cq_entries = 256;
     pair_create(&p, &params);
     side_cq_entries = 0;
-    src             = (uint64_t *)p.a.buf;
-    dst             = (uint64_t *)p.b.buf;
-    memset(p.b.buf, 0, n * sizeof(uint64_t));
-    for (i = 0; i < n; ++i) {
-        src[i]   = 0x7700000000ull + i;
-        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * sizeof(uint64_t),
-                           i * sizeof(uint64_t), sizeof(uint64_t));
-        wr.flags = (i + 1 == n) ? VQP_SEND_SIGNALED : 0;
-        for (tries = 0; vqp_post_send(p.a.vqp, &wr) == UCS_ERR_NO_RESOURCE;
-             ++tries) {
-            if (tries == 1000000) {
-                fail_msg("operation %u of %u never got room", i, n);
-            }
-            pair_idle(&p, 1);
-        }
-    }
-    pair_wait(&p, 1, 0);
-    assert_int_equal(p.a.wcs[0].wr_id, n - 1);
-    assert_int_equal(p.a.wcs[0].status, UCS_OK);
-    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
-    for (i = 0; i < n; ++i) {
-        assert_true(dst[i] == 0x7700000000ull + i);
-    }
+    post_tagged_writes(&p, n, 0x7700000000ull, 1);
+    check_tagged_writes(&p, n, 0x7700000000ull);
     vqp_query_stats(p.a.vqp, &stats);
     assert_true(stats.credit_waits >= 1); /* it did run short */
-    pair_idle(&p, 100);
-    assert_int_equal(p.a.nwcs, 1);
     pair_destroy(&p);
 }
 
@@ -1037,37 +1058,17 @@ static void test_max_ops_beyond_sq(void **state)
 {
     vqp_params_t params = base_params(1, VQP_LB_DQPLB);
     vqp_dev_attr_t attr;
-    vqp_send_wr_t wr;
-    unsigned i, n;
-    uint64_t *src, *dst;
+    unsigned n;
     pair_t p;
 
     params.max_ops = 1u << 20;
     pair_create(&p, &params);
     vqp_dev_query(p.a.dev, &attr);
     n = attr.max_qp_wr / 2 + 1000; /* more than the send QP's ring */
-    assert_true(n * sizeof(uint64_t) <= BUF_SIZE);
     assert_true(n < params.max_ops);
-    src = (uint64_t *)p.a.buf;
-    dst = (uint64_t *)p.b.buf;
-    memset(p.b.buf, 0, n * sizeof(uint64_t));
-    for (i = 0; i < n; ++i) {
-        src[i]   = 0x5a00000000ull + i;
-        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * sizeof(uint64_t),
-                           i * sizeof(uint64_t), sizeof(uint64_t));
-        wr.flags = (i + 1 == n) ? VQP_SEND_SIGNALED : 0;
-        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
-    }
-    assert_true(vqp_ops_in_flight(p.a.vqp) == n);
-    pair_wait(&p, 1, 0);
-    assert_int_equal(p.a.wcs[0].wr_id, n - 1);
-    assert_int_equal(p.a.wcs[0].status, UCS_OK);
-    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
-    for (i = 0; i < n; ++i) {
-        assert_true(dst[i] == 0x5a00000000ull + i);
-    }
-    pair_idle(&p, 100);
-    assert_int_equal(p.a.nwcs, 1);
+    post_tagged_writes(&p, n, 0x5a00000000ull, 0);
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), n);
+    check_tagged_writes(&p, n, 0x5a00000000ull);
     pair_destroy(&p);
 }
 
