@@ -27,6 +27,24 @@ run_suite() { # name builddir configure-args...
 }
 
 run_suite "default build" "$top/build-test"
+
+# UCX's own UCT tests (gtest of the installed version) over rc_vqp, against
+# the default build's module.
+if [ "${RC_VQP_SKIP_UCX_GTEST:-0}" != 1 ] && [ -f "$top/build-test/Makefile" ]; then
+    echo "== UCX gtest (uct) over rc_vqp"
+    make -C "$top/build-test" check-ucx-gtest >"$top/build-test/ucx-gtest.out" 2>&1 || rc=1
+    grep -E '^\[  (PASSED|FAILED)  \]|ucx-gtest.sh: error' "$top/build-test/ucx-gtest.out" | sort -u
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$top/build-test/ucx-gtest.out" | tail -n 1)
+    if [ -n "$line" ]; then
+        echo "== UCX gtest: $line"
+        total_pass=$((total_pass + ${line%% passed*}))
+        f=${line#*, }; total_fail=$((total_fail + ${f%% failed}))
+    else
+        tail -30 "$top/build-test/ucx-gtest.out"
+        total_fail=$((total_fail + 1)); rc=1
+    fi
+fi
+
 run_suite "ASan+UBSan build" "$top/build-asan" --enable-asan
 
 if [ "${RC_VQP_SKIP_FORMAT:-0}" != 1 ]; then

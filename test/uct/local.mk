@@ -22,3 +22,15 @@ test_uct_test_uct_loopback_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRC_VQP_MODULE='"$(abs_top_builddir)/modules/rc_vqp/.libs/libuct_rc_vqp.so"'
 test_uct_test_uct_loopback_LDADD    = $(UCX_LIBS) -ldl
 TESTS += test/uct/test_uct_loopback
+
+# UCX's own UCT test suite (gtest of the installed UCX version, built once
+# into ucx-gtest/ of the build directory) with rc_vqp preloaded; see
+# contrib/ucx-gtest.sh. Not part of 'make check'; contrib/test.sh runs it.
+EXTRA_DIST += contrib/ucx-gtest.sh
+
+check-ucx-gtest: $(module_LTLIBRARIES)
+	$(top_srcdir)/contrib/ucx-gtest.sh --ucx-src '$(UCX_SRC)' \
+	  --module $(abs_top_builddir)/modules/rc_vqp/.libs/libuct_rc_vqp.so \
+	  --dest $(abs_top_builddir)/ucx-gtest
+
+.PHONY: check-ucx-gtest
