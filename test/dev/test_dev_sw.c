@@ -449,7 +449,7 @@ static void test_qp_errors(void **state)
  * and log line, and leave nothing half-created behind. */
 static void test_sw_failures_propagate(void **state)
 {
-    enum { MAX_TRY = 2048 };
+    enum { MAX_TRY = 32768 }; /* above every table of the device */
     static vqp_dev_srq_t *srqs[MAX_TRY];
     static vqp_dev_cq_t *cqs[MAX_TRY];
     static vqp_dev_mr_t *mrs[MAX_TRY];
