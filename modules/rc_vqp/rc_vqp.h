@@ -59,12 +59,14 @@ typedef struct uct_rc_vqp_tx_desc {
 } uct_rc_vqp_tx_desc_t;
 
 /* Receive buffer: the release pointer sits right before the user's
- * headroom, where uct_iface_release_desc() looks for it. */
+ * headroom, where uct_iface_release_desc() looks for it. Packed: where the
+ * user's AM alignment and offset put the payload, the header before it may
+ * be at any address. */
 typedef struct uct_rc_vqp_rx_desc {
     uint32_t lkey;
     uint32_t reserved;
     uct_recv_desc_t *release;
-} uct_rc_vqp_rx_desc_t;
+} UCS_S_PACKED uct_rc_vqp_rx_desc_t;
 
 /* and, or, xor: extended atomics (masked compare-and-swap / fetch-and-add) */
 #define UCT_RC_VQP_ATOMIC_BITWISE                             \
