@@ -474,7 +474,9 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr)
 }
 
 /* One requester run of qp_list[i]; with nothing left, the poll skips it
- * until its doorbell record changes. */
+ * until its doorbell record changes. With work left, no record value means
+ * idle: the record holds 16 bits of the producer index, so the value last
+ * seen idle comes back 65536 WQEs later, maybe with WQEs to run. */
 static inline unsigned vqp_sw_run_qp(vqp_sw_dev_t *dev, unsigned i)
 {
     vqp_sw_qp_t *qp = dev->qp_list[i];
@@ -485,6 +487,8 @@ static inline unsigned vqp_sw_run_qp(vqp_sw_dev_t *dev, unsigned i)
     db     = __atomic_load_n(dev->scan[i].db, __ATOMIC_RELAXED);
     if ((uint16_t)be32toh(db) == qp->sq_ci) {
         dev->scan[i].idle = db | (dev->scan[i].idle & VQP_SW_SCAN_ERR);
+    } else {
+        dev->scan[i].idle |= VQP_SW_SCAN_BUSY;
     }
     return events;
 }

@@ -61,6 +61,8 @@
 /* Puts a mutex's robust-list links at the start of a cache line. */
 #define VQP_SW_LIFE_PAD (64 - offsetof(pthread_mutex_t, __data.__list))
 #define VQP_SW_SCAN_ERR (1ull << 32)
+/* In scan[].idle: the QP had work left at its last run (matches no record). */
+#define VQP_SW_SCAN_BUSY (1ull << 33)
 /* UD QP types in vqp_sw_shm_qp_t.type. */
 #define VQP_SW_QPT_RC 0u
 #define VQP_SW_QPT_UD 1u

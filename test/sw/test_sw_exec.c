@@ -371,6 +371,44 @@ static void test_progress_mode(void **state)
     fx_fini(&f);
 }
 
+/* The poll skips a QP whose SQ doorbell record holds the value it had when
+ * the QP last ran dry. The record carries 16 bits of the producer index, so
+ * that value comes back 65536 WQEs later: a QP that never ran dry in between
+ * and has WQEs then must still run (it stalled there for good before). */
+static void test_doorbell_record_wraps(void **state)
+{
+    const uint16_t depth = 128; /* WQEs kept rung ahead of the device */
+    struct mlx5_cqe64 cqe;
+    uint32_t posted = 0;
+    unsigned stuck  = 0;
+    vqp_sw_qp_t *qp;
+    uint16_t ci;
+    fx_t f;
+
+    setenv("VQP_SW_EXEC", "progress", 1);
+    assert_int_equal(fx_init(&f, 256, 16, 7, 3), 0);
+    unsetenv("VQP_SW_EXEC");
+    qp = f.qp[0].qp;
+    vqp_sw_progress(f.devs[0]); /* dry at record 0 */
+    while (posted < 65536 + 4 * depth) {
+        ci = qp->sq_ci;
+        while ((uint16_t)(posted - ci) < depth) {
+            fx_nop(&f, 0, 0);
+            ++posted;
+        }
+        vqp_sw_progress(f.devs[0]); /* runs at most a budget: never dry */
+        if (qp->sq_ci == ci) {
+            assert_true(++stuck < 100); /* WQEs rung, none executed */
+        } else {
+            stuck = 0;
+        }
+    }
+    fx_nop(&f, 0, MLX5_WQE_CTRL_CQ_UPDATE);
+    assert_int_equal(fx_poll(&f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    fx_fini(&f);
+}
+
 /* The doorbell runs that QP's WQEs and nothing else: not another QP's rung
  * ones, not the inbound records of the device. */
 static void test_only_that_qp(void **state)
@@ -595,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_across_processes),
         cmocka_unit_test(test_progress_mode),
+        cmocka_unit_test(test_doorbell_record_wraps),
         T(test_only_that_qp),
         T(test_batch),
         T(test_errors),
