@@ -92,7 +92,11 @@ typedef struct uct_rc_vqp_iface {
     size_t seg_size;
     size_t rx_headroom;
     unsigned fc_wnd; /* AM credits of a new endpoint */
-    vqp_srq_t *srq;  /* AM receive buffers of all endpoints */
+    /* Endpoints whose flush(CANCEL) completion waits for the operations
+     * still in flight (checked from progress: the last of them may end
+     * without a completion of its own). */
+    unsigned cancel_waiting;
+    vqp_srq_t *srq; /* AM receive buffers of all endpoints */
     size_t ep_addr_len;
     uint64_t scratch;          /* result of atomics without fetch */
     uint32_t ext_atomic_sizes; /* vqp_dev_attr_t.ext_atomic_sizes */
@@ -219,6 +223,10 @@ ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events);
 
 /* Schedule endpoints whose pending requests can go now (iface progress). */
 void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface);
+
+/* Run the flush(CANCEL) completions of endpoints with nothing in flight
+ * any more (iface progress, while iface->cancel_waiting). */
+void uct_rc_vqp_iface_cancel_progress(uct_rc_vqp_iface_t *iface);
 
 /* Pending dispatch from the interface's progress. */
 ucs_arbiter_cb_result_t

@@ -142,6 +142,29 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
     uct_rc_vqp_ep_grant(ep);
 }
 
+/* A flush(CANCEL) waiting for the operations in flight: completes once
+ * none is left. */
+static void uct_rc_vqp_ep_cancel_check(uct_rc_vqp_ep_t *ep)
+{
+    uct_completion_t *comp = ep->cancel_comp;
+
+    if ((comp != NULL) && (vqp_ops_in_flight(ep->vqp) == 0)) {
+        ep->cancel_comp = NULL;
+        --UCT_RC_VQP_EP_IFACE(ep)->cancel_waiting;
+        uct_invoke_completion(comp, UCS_OK);
+    }
+}
+
+void uct_rc_vqp_iface_cancel_progress(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_ep_t *ep, *tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &iface->eps, list)
+    {
+        uct_rc_vqp_ep_cancel_check(ep);
+    }
+}
+
 void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
 {
     uct_rc_vqp_ep_t *ep       = arg;
@@ -170,11 +193,7 @@ void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
     if (wc->status != UCS_OK) {
         uct_rc_vqp_ep_set_failed(ep, wc->status);
     }
-    if ((ep->cancel_comp != NULL) && (vqp_ops_in_flight(ep->vqp) == 0)) {
-        comp            = ep->cancel_comp;
-        ep->cancel_comp = NULL;
-        uct_invoke_completion(comp, UCS_OK);
-    }
+    uct_rc_vqp_ep_cancel_check(ep);
     /* Room for one more operation: pending requests may go on. */
     ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
 }
@@ -710,9 +729,11 @@ ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
             if (ep->cancel_comp != NULL) {
                 return UCS_ERR_NO_RESOURCE; /* one at a time */
             }
-            /* No QP is left to carry a marker: the completion runs once the
-             * last canceled operation reported (uct_rc_vqp_ep_completion). */
+            /* No QP is left to carry a marker: the completion runs once
+             * nothing is in flight (an operation that succeeded unsignaled
+             * ends without a completion: progress checks too). */
             ep->cancel_comp = comp;
+            ++UCT_RC_VQP_EP_IFACE(ep)->cancel_waiting;
         }
         return UCS_INPROGRESS;
     }
@@ -985,6 +1006,9 @@ UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
     vqp_destroy(self->vqp);
     uct_rc_vqp_cm_ep_cleanup(self);
     ucs_arbiter_group_cleanup(&self->arb_group);
+    if (self->cancel_comp != NULL) { /* destroyed before it completed */
+        --UCT_RC_VQP_EP_IFACE(self)->cancel_waiting;
+    }
     if (self->flags & UCT_RC_VQP_EP_PENDING) {
         ucs_list_del(&self->pending_list);
     }

@@ -422,6 +422,9 @@ static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
 
     count = vqp_cq_progress(iface->cq);
     count += uct_rc_vqp_cm_progress(iface);
+    if (ucs_unlikely(iface->cancel_waiting != 0)) {
+        uct_rc_vqp_iface_cancel_progress(iface);
+    }
     if (!ucs_list_is_empty(&iface->pending_eps)) {
         uct_rc_vqp_iface_schedule_pending(iface);
     }
@@ -602,6 +605,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->seg_size         = config->seg_size;
     self->ext_atomic_sizes = attr.ext_atomic_sizes;
     self->fc_wnd           = config->fc_wnd_size;
+    self->cancel_waiting   = 0;
     self->release_desc.cb  = uct_rc_vqp_release_desc;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->pending_eps);

@@ -894,6 +894,12 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     if (!pqp->alive) {
         return;
     }
+    /* A WQE that completed unsignaled gets no CQE from the flush below:
+     * when the newest tracked one is such, a signaled NOP covers it (it
+     * completes, flushed or not). */
+    if (!vqp_qp_covered(pqp)) {
+        vqp_cover_qp(vqp, pqp);
+    }
     pqp->alive      = 0;
     pqp->frag_limit = 0;
     pqp->error      = status;
@@ -1487,6 +1493,13 @@ void vqp_cancel(vqp_t *vqp)
     vqp->canceling = 1;
     for (i = 0; i < vqp->num_pqps; ++i) {
         vqp_pqp_fail(&vqp->qps[i], UCS_ERR_CANCELED);
+    }
+    /* Operations not posted yet fail at the next advance; no CQE of this
+     * virtual QP may come to cause one (its QPs may have been flushed
+     * already), so the CQ's next poll does it. */
+    if (!vqp->dirty) {
+        vqp->dirty                           = 1;
+        vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
     }
 }
 

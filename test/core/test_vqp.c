@@ -1072,6 +1072,31 @@ static void test_max_ops_beyond_sq(void **state)
     pair_destroy(&p);
 }
 
+/* vqp_cancel with an unsignaled WQE that already executed: the flush of
+ * its QP gives it no CQE, so a signaled NOP must cover it, or the operation
+ * stays in flight for good (a flush(CANCEL) waiting for it never ends). */
+static void test_cancel_after_unsignaled(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    pair_create(&p, &params);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 64);
+    wr.flags = 0;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_idle(&p, 100); /* executed; no CQE asked for */
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 1);
+    vqp_cancel(p.a.vqp);
+    for (i = 0; (i < 1000) && (vqp_ops_in_flight(p.a.vqp) != 0); ++i) {
+        pair_idle(&p, 1);
+    }
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    assert_int_equal(p.a.nwcs, 0); /* it succeeded, unsignaled */
+    pair_destroy(&p);
+}
+
 /* No data QP survives: every operation fails exactly once, later posts are
  * refused with the error. */
 static void test_all_qps_fail(void **state)
@@ -2228,6 +2253,7 @@ int main(void)
         cmocka_unit_test(test_inline_not_replayed),
         cmocka_unit_test(test_credit_episodes),
         cmocka_unit_test(test_max_ops_beyond_sq),
+        cmocka_unit_test(test_cancel_after_unsignaled),
         cmocka_unit_test(test_all_qps_fail),
         cmocka_unit_test(test_remote_access_error),
         cmocka_unit_test(test_destroy_in_flight),
