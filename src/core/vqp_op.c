@@ -1040,6 +1040,16 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
     return done;
 }
 
+/* On the CQ's list of virtual QPs to advance at the end of the poll batch
+ * (once each). */
+static UCS_F_ALWAYS_INLINE void vqp_mark_dirty(vqp_t *vqp)
+{
+    if (!vqp->dirty) {
+        vqp->dirty                           = 1;
+        vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
+    }
+}
+
 /* Returns the CQ credits of a successful requester CQE (see vqp_tx_cqe_ok);
  * the other kinds give theirs back themselves. */
 static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
@@ -1064,10 +1074,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
             vqp_recv_cqe(pqp, cqe, status);
         }
     }
-    if (!vqp->dirty) {
-        vqp->dirty                           = 1;
-        vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
-    }
+    vqp_mark_dirty(vqp);
     return done;
 }
 
@@ -1497,10 +1504,7 @@ void vqp_cancel(vqp_t *vqp)
     /* Operations not posted yet fail at the next advance; no CQE of this
      * virtual QP may come to cause one (its QPs may have been flushed
      * already), so the CQ's next poll does it. */
-    if (!vqp->dirty) {
-        vqp->dirty                           = 1;
-        vqp->cq->dirty[vqp->cq->num_dirty++] = vqp;
-    }
+    vqp_mark_dirty(vqp);
 }
 
 /* Teardown or a dead virtual QP: every operation not reported yet completes
