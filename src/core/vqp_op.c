@@ -57,11 +57,20 @@ static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
     return 0;
 }
 
-static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
+/* Room in @a pqp's rings; a CQ credit too unless the caller holds one for
+ * it already (@a credit_held, a constant at every call). */
+static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room_credit(const vqp_pqp_t *pqp,
+                                                       int credit_held)
 {
     return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
            (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
-           (ucs_likely(pqp->cdev->credits > 0) || vqp_credit_short(pqp));
+           (credit_held || ucs_likely(pqp->cdev->credits > 0) ||
+            vqp_credit_short(pqp));
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
+{
+    return vqp_pqp_has_room_credit(pqp, 0);
 }
 
 /* Room for a signaled NOP (or hole filler) that lets tracked WQEs complete:
@@ -73,15 +82,17 @@ static UCS_F_ALWAYS_INLINE int vqp_pqp_has_cover_room(const vqp_pqp_t *pqp)
            (pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0);
 }
 
-/* The round-robin cursor's QP is full or dead: the next one with room. */
-static UCS_F_NOINLINE vqp_pqp_t *vqp_pick_data_qp_slow(vqp_t *vqp)
+/* The round-robin cursor's QP is full or dead: the next one with room
+ * (a CQ credit held already for it if @a credit_held). */
+static UCS_F_NOINLINE vqp_pqp_t *vqp_pick_data_qp_slow(vqp_t *vqp,
+                                                       int credit_held)
 {
     vqp_pqp_t *pqp = vqp->rr_qp;
     unsigned i;
 
     for (i = 1; i < vqp->num_qps; ++i) {
         pqp = pqp->rr_next;
-        if (vqp_pqp_has_room(pqp)) {
+        if (vqp_pqp_has_room_credit(pqp, credit_held)) {
             vqp->rr_qp = pqp->rr_next;
             return pqp;
         }
@@ -98,7 +109,25 @@ static UCS_F_ALWAYS_INLINE vqp_pqp_t *vqp_pick_data_qp(vqp_t *vqp)
         vqp->rr_qp = pqp->rr_next;
         return pqp;
     }
-    return vqp_pick_data_qp_slow(vqp);
+    return vqp_pick_data_qp_slow(vqp, 0);
+}
+
+/* vqp_pick_data_qp on a cursor the caller keeps (in a register across a
+ * loop that stores through other pointers); a CQ credit is held already for
+ * the QP if @a credit_held. */
+static UCS_F_ALWAYS_INLINE vqp_pqp_t *
+vqp_pick_data_qp_at(vqp_t *vqp, vqp_pqp_t **cursor, int credit_held)
+{
+    vqp_pqp_t *pqp = *cursor;
+
+    if (ucs_likely(vqp_pqp_has_room_credit(pqp, credit_held))) {
+        *cursor = pqp->rr_next;
+        return pqp;
+    }
+    vqp->rr_qp = pqp;
+    pqp        = vqp_pick_data_qp_slow(vqp, credit_held);
+    *cursor    = vqp->rr_qp;
+    return pqp;
 }
 
 static UCS_F_ALWAYS_INLINE int vqp_opcode_is_atomic(unsigned opcode)
@@ -186,19 +215,28 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
 
 /* Remember a posted WQE in its QP's fragment ring (room was checked);
  * vqp_frag_push also counts it. */
-static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t opn,
-                                                uint8_t kind, uint32_t idx,
-                                                int wqe, int seq_valid)
+static UCS_F_ALWAYS_INLINE void
+vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t opn, uint8_t kind, uint32_t idx,
+                       int wqe, int seq_valid, int credit_held)
 {
     vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
 
-    --pqp->cdev->credits;
+    if (!credit_held) {
+        --pqp->cdev->credits;
+    }
     *frag = (vqp_frag_t){.op       = opn,
                          .idx      = idx,
                          .wqe      = (uint16_t)wqe,
                          .wqe_next = pqp->tx.pi,
                          .kind     = kind,
                          .flags    = seq_valid ? VQP_FRAG_F_SEQ : 0};
+}
+
+static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t opn,
+                                                uint8_t kind, uint32_t idx,
+                                                int wqe, int seq_valid)
+{
+    vqp_frag_record_credit(pqp, opn, kind, idx, wqe, seq_valid, 0);
 }
 
 static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
@@ -219,7 +257,7 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
 static UCS_F_ALWAYS_INLINE int
 vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp, const vqp_op_t *op, uint32_t opn,
               unsigned opcode, int dqplb, uint32_t idx, uint64_t offset,
-              uint32_t lkey, uint32_t rkey, uint32_t seq)
+              uint32_t lkey, uint32_t rkey, uint32_t seq, int credit_held)
 {
     uint32_t len      = ucs_min(vqp->frag_size, op->length - offset);
     vqp_mlx5_sge_t sg = {op->laddr + offset, len, lkey};
@@ -236,7 +274,8 @@ vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp, const vqp_op_t *op, uint32_t opn,
         ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, rkey, flags);
     }
     if (ucs_likely(ret >= 0)) {
-        vqp_frag_record(pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb);
+        vqp_frag_record_credit(pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb,
+                               credit_held);
     }
     return ret;
 }
@@ -264,11 +303,11 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
         if (op->opcode == VQP_OP_READ) {
             ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, idx,
                                 (uint64_t)idx << vqp->frag_shift, sg.lkey,
-                                vqp_op_rkey(vqp, op, d), seq);
+                                vqp_op_rkey(vqp, op, d), seq, 0);
         } else {
             ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx,
                                 (uint64_t)idx << vqp->frag_shift, sg.lkey,
-                                vqp_op_rkey(vqp, op, d), seq);
+                                vqp_op_rkey(vqp, op, d), seq, 0);
         }
         if (ret < 0) {
             return (ucs_status_t)ret;
@@ -430,6 +469,21 @@ static void vqp_op_fail_unposted(vqp_t *vqp, vqp_op_t *op, ucs_status_t status)
     op->remaining -= ucs_min(unposted, op->remaining);
 }
 
+/* The striped loop stops at fragment @a posted: the cursor back, the
+ * credits taken for fragments that did not go given back. */
+static UCS_F_ALWAYS_INLINE void
+vqp_post_striped_stop(vqp_t *vqp, vqp_op_t *op, vqp_pqp_t *next,
+                      vqp_cq_dev_t *cdev, int one_dev, uint32_t first,
+                      uint32_t posted, uint32_t end)
+{
+    vqp->rr_qp = next;
+    if (one_dev) {
+        cdev->credits += (int32_t)(end - posted);
+    }
+    vqp->stats.frags_posted += posted - first;
+    op->posted = posted;
+}
+
 /* The data fragments of striped operation @a op, then its DQPLB FINAL.
  * @a opcode, @a dqplb and @a one_dev are constants at every call, so each
  * opcode class gets its own loop, and a virtual QP on one device takes the
@@ -438,22 +492,34 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
                                                 uint32_t opn, unsigned opcode,
                                                 int dqplb, int one_dev)
 {
-    uint32_t first  = op->posted;
-    uint32_t posted = first;
-    uint32_t nfrags = op->nfrags;
-    uint64_t offset = (uint64_t)posted << vqp->frag_shift;
-    uint32_t lkey   = op->lkey;
-    uint32_t rkey   = op->rkey;
+    uint32_t first     = op->posted;
+    uint32_t posted    = first;
+    uint32_t nfrags    = op->nfrags;
+    uint32_t end       = nfrags;
+    uint64_t offset    = (uint64_t)posted << vqp->frag_shift;
+    uint32_t lkey      = op->lkey;
+    uint32_t rkey      = op->rkey;
+    vqp_pqp_t *next    = vqp->rr_qp; /* the cursor, in a register */
+    vqp_cq_dev_t *cdev = next->cdev;
     ucs_status_t status;
     vqp_pqp_t *pqp;
     uint32_t seq;
     int ret;
 
-    for (; posted < nfrags; ++posted, offset += vqp->frag_size) {
+    if (one_dev) {
+        /* All QPs share one CQ: take the credits of all fragments at once
+         * (those of the fragments that do not go are given back). */
+        if (ucs_unlikely(cdev->credits < (int32_t)(nfrags - posted))) {
+            end = posted + (uint32_t)ucs_max(cdev->credits, 0);
+        }
+        cdev->credits -= (int32_t)(end - posted);
+    }
+
+    for (; posted < end; ++posted, offset += vqp->frag_size) {
         if (dqplb && !vqp_seq_room(vqp)) {
             goto out_wait;
         }
-        pqp = vqp_pick_data_qp(vqp);
+        pqp = vqp_pick_data_qp_at(vqp, &next, one_dev);
         if (pqp == NULL) {
             goto out_wait;
         }
@@ -463,10 +529,10 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
         }
         seq = dqplb ? vqp->send_seq : 0;
         ret = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, posted, offset,
-                            lkey, rkey, seq);
+                            lkey, rkey, seq, one_dev);
         if (ucs_unlikely(ret < 0)) {
-            vqp->stats.frags_posted += posted - first;
-            op->posted = posted;
+            vqp_post_striped_stop(vqp, op, next, cdev, one_dev, first, posted,
+                                  end);
             if (ret == UCS_ERR_NO_RESOURCE) {
                 return 0;
             }
@@ -480,8 +546,13 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
             vqp_seq_next(vqp);
         }
     }
+    vqp->rr_qp = next;
     vqp->stats.frags_posted += posted - first;
     op->posted = posted;
+    if (one_dev && ucs_unlikely(posted < nfrags)) {
+        /* out of CQ credits */
+        return vqp_credit_short(next);
+    }
 
     if (dqplb && !(op->flags & VQP_OP_TAIL_POSTED)) {
         if (!vqp_seq_room(vqp) || ((pqp = vqp_pick_data_qp(vqp)) == NULL)) {
@@ -500,8 +571,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
     return 1;
 
 out_wait:
-    vqp->stats.frags_posted += posted - first;
-    op->posted = posted;
+    vqp_post_striped_stop(vqp, op, next, cdev, one_dev, first, posted, end);
     return 0;
 }
 

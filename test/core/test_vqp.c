@@ -1749,6 +1749,86 @@ static void test_cq_credits_shared(void **state)
     credit_set_destroy(&cs);
 }
 
+/* A striped operation takes the CQ credits of all its fragments at once:
+ * with fewer credits left it posts as many fragments as there are credits
+ * (the count never goes below zero), waits, and goes on with credits that
+ * come back. Every operation completes once, in order, with its data, and
+ * every credit is back at the end. */
+static void test_striped_credits_partial(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
+    const unsigned ops = 6, frags = 16;
+    const uint64_t len = frags * 4096;
+    vqp_stats_t stats;
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+    int32_t credits0;
+    unsigned i;
+
+    params.frag_size        = 4096;
+    params.stripe_threshold = 4096;
+    params.max_outstanding  = 64; /* the rings are not the limit */
+    params.max_recvs        = 0;
+    credit_set_create(&cs, 1, 32, params);
+    credits0 = cs.a.cq->devs[0].credits;
+    assert_true((credits0 > (int32_t)frags) &&
+                (credits0 < (int32_t)(2 * frags)));
+    fill_pattern(cs.a.buf, ops * len, 5);
+    memset(cs.b.buf, 0, ops * len);
+    for (i = 0; i < ops; ++i) {
+        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i, i * len, i * len, len);
+        assert_int_equal(vqp_post_send(cs.va[0], &wr), UCS_OK);
+    }
+    vqp_query_stats(cs.va[0], &stats);
+    assert_int_equal(stats.frags_posted, (uint64_t)credits0);
+    assert_int_equal(cs.a.cq->devs[0].credits, 0);
+    assert_true(stats.credit_waits >= 1);
+    credit_set_wait(&cs, ops);
+    check_in_order(&cs.a, ops, 0);
+    assert_memory_equal(cs.a.buf, cs.b.buf, ops * len);
+    vqp_query_stats(cs.va[0], &stats);
+    assert_int_equal(stats.frags_posted, ops * frags);
+    credit_set_destroy(&cs); /* every credit back */
+}
+
+/* The QPs' rings fill before the fragments of a striped operation are all
+ * posted: the credits it took for those that did not go are given back
+ * (all are back once everything completed). */
+static void test_striped_rings_full_credits(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
+    const unsigned ops = 8, frags = 16;
+    const uint64_t len = frags * 4096;
+    vqp_stats_t stats;
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+    int32_t credits0;
+    unsigned i;
+
+    params.frag_size        = 4096;
+    params.stripe_threshold = 4096;
+    params.max_outstanding  = 2;
+    params.max_ops          = ops; /* the ring of QP 0 (also the send QP) */
+    params.max_recvs        = 0;
+    credit_set_create(&cs, 1, 1024, params);
+    credits0 = cs.a.cq->devs[0].credits;
+    fill_pattern(cs.a.buf, ops * len, 6);
+    memset(cs.b.buf, 0, ops * len);
+    for (i = 0; i < ops; ++i) {
+        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i, i * len, i * len, len);
+        assert_int_equal(vqp_post_send(cs.va[0], &wr), UCS_OK);
+    }
+    vqp_query_stats(cs.va[0], &stats);
+    assert_true(stats.frags_posted < ops * frags); /* the rings stopped it */
+    assert_int_equal(cs.a.cq->devs[0].credits,
+                     credits0 - (int32_t)stats.frags_posted);
+    assert_int_equal(stats.credit_waits, 0);
+    credit_set_wait(&cs, ops);
+    check_in_order(&cs.a, ops, 0);
+    assert_memory_equal(cs.a.buf, cs.b.buf, ops * len);
+    credit_set_destroy(&cs);
+}
+
 /* One virtual QP holds most credits with unsignaled WQEs that no CQE
  * covers, then goes idle: another one's posts must not wait forever. The
  * CQ covers the idle QP with a signaled NOP from its reserved entry. */
@@ -2273,6 +2353,8 @@ int main(void)
                                         test_log_teardown),
         cmocka_unit_test(test_cq_credits_shared),
         cmocka_unit_test(test_cq_credits_unsignaled_holder),
+        cmocka_unit_test(test_striped_credits_partial),
+        cmocka_unit_test(test_striped_rings_full_credits),
         cmocka_unit_test(test_cq_credits_destroy_unpolled),
         cmocka_unit_test_setup_teardown(test_no_recvs, test_log_setup,
                                         test_log_teardown),
