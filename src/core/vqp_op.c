@@ -1294,8 +1294,9 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
-/* A whole unstriped WRITE / WRITE_IMM / READ on @a pqp (which has room),
- * without the generic switch. Returns as vqp_dispatch_op. */
+/* A whole unstriped WRITE / WRITE_IMM / READ on @a pqp, without the
+ * generic switch. The caller checked room (vqp_pqp_has_room), so the WQE
+ * builder does not again. Returns as vqp_dispatch_op. */
 static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
                                                    vqp_op_t *op, uint32_t opn)
 {
@@ -1303,7 +1304,8 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
     vqp_mlx5_sge_t sg = {op->laddr, (uint32_t)op->length,
                          vqp_op_lkey(vqp, op, d)};
     unsigned flags = ((op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0) |
-                     ((op->flags & VQP_SEND_INLINE) ? VQP_MLX5_INLINE : 0);
+                     ((op->flags & VQP_SEND_INLINE) ? VQP_MLX5_INLINE : 0) |
+                     VQP_MLX5_HAS_ROOM;
     int ret;
 
     if (ucs_unlikely(op->length > UINT32_MAX)) {
