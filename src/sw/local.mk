@@ -11,7 +11,8 @@ src_sw_libvqp_sw_la_SOURCES = \
 	src/sw/sw_comp.c \
 	src/sw/sw_fault.c \
 	src/sw/sw_ud.c \
-	src/sw/sw_event.c
+	src/sw/sw_event.c \
+	src/sw/sw_idle.c
 src_sw_libvqp_sw_la_LIBADD = $(UCX_LIBS) -lrt -lpthread
 
 noinst_HEADERS += src/sw/vqp_sw.h src/sw/sw_int.h

@@ -174,6 +174,63 @@ static void vqp_sw_clean_stale(uint32_t uid)
     closedir(dir);
 }
 
+/* The device lock (see sw_int.h), and how deep this thread holds it. */
+static pthread_mutex_t vqp_sw_dev_mutex = PTHREAD_MUTEX_INITIALIZER;
+static __thread unsigned vqp_sw_dev_lock_depth
+    __attribute__((tls_model("initial-exec")));
+
+void vqp_sw_dev_lock(void)
+{
+    if (vqp_sw_dev_lock_depth++ == 0) {
+        pthread_mutex_lock(&vqp_sw_dev_mutex);
+    }
+}
+
+void vqp_sw_dev_unlock(void)
+{
+    if (--vqp_sw_dev_lock_depth == 0) {
+        pthread_mutex_unlock(&vqp_sw_dev_mutex);
+    }
+}
+
+bool vqp_sw_dev_trylock(void)
+{
+    if (vqp_sw_dev_lock_depth > 0) {
+        ++vqp_sw_dev_lock_depth;
+        return true;
+    }
+    if (pthread_mutex_trylock(&vqp_sw_dev_mutex) != 0) {
+        return false;
+    }
+    vqp_sw_dev_lock_depth = 1;
+    return true;
+}
+
+/* fork() while another thread (the idle executor, say) holds the lock
+ * would leave the child a lock nobody releases: fork waits for it. */
+static void vqp_sw_fork_prepare(void)
+{
+    vqp_sw_dev_lock();
+}
+
+static void vqp_sw_fork_parent(void)
+{
+    vqp_sw_dev_unlock();
+}
+
+static void vqp_sw_fork_child(void)
+{
+    vqp_sw_idle_forked();
+    vqp_sw_dev_unlock();
+}
+
+static void vqp_sw_fork_register(void)
+{
+    pthread_atfork(vqp_sw_fork_prepare, vqp_sw_fork_parent, vqp_sw_fork_child);
+}
+
+static pthread_once_t vqp_sw_fork_once = PTHREAD_ONCE_INIT;
+
 ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
 {
     pthread_mutexattr_t mattr;
@@ -202,17 +259,20 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     dev->atomic8_host = (env != NULL) && !strcmp(env, "host");
     env               = getenv("VQP_SW_EXEC");
     if ((env != NULL) && (*env != '\0') && strcmp(env, "doorbell") &&
-        strcmp(env, "progress")) {
-        ucs_error("vqp_sw: invalid VQP_SW_EXEC '%s' (doorbell or progress)",
+        strcmp(env, "progress") && strcmp(env, "auto")) {
+        ucs_error("vqp_sw: invalid VQP_SW_EXEC '%s' (auto, progress or "
+                  "doorbell)",
                   env);
         free(dev);
         return UCS_ERR_INVALID_PARAM;
     }
-    /* Progress by default: executing at the doorbell costs the merged
-     * WRITE runs of the poll (one process_vm_writev per small WRITE; 8-byte
-     * puts at 1.0x cma instead of 3.2x, docs/swdev.md). */
+    /* Not at the doorbell by default: that costs the merged WRITE runs of
+     * the poll (one process_vm_writev per small WRITE; 8-byte puts at 1.0x
+     * cma instead of 3.2x, docs/swdev.md). auto (the default) adds the idle
+     * executor to progress: work a process left unprogressed still runs. */
     dev->exec_doorbell = (env != NULL) && !strcmp(env, "doorbell");
-    env                = getenv("VQP_SW_FAULTS");
+    dev->exec_idle = (env == NULL) || (*env == '\0') || !strcmp(env, "auto");
+    env            = getenv("VQP_SW_FAULTS");
     if ((env != NULL) && (*env != '\0')) {
         status = vqp_sw_fault_parse(env, &dev->fault);
         if (status != UCS_OK) {
@@ -301,9 +361,38 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
         sizeof(uint32_t) | (dev->atomic8_host ? 0 : sizeof(uint64_t));
     dev->attr.exec_doorbell = dev->exec_doorbell;
 
+    dev->attr.exec_idle = dev->exec_idle;
+
+    pthread_once(&vqp_sw_fork_once, vqp_sw_fork_register);
+
+    if (dev->exec_idle) {
+        /* Listed first: a close elsewhere stops the thread only when no
+         * device is listed. */
+        vqp_sw_dev_lock();
+        vqp_sw_idle_add(dev);
+        vqp_sw_dev_unlock();
+        status = vqp_sw_idle_start();
+        if (status != UCS_OK) {
+            vqp_sw_dev_lock();
+            vqp_sw_idle_remove(dev);
+            vqp_sw_dev_unlock();
+            goto err_life;
+        }
+    }
     ucs_debug("vqp_sw: opened %s as %s", name, dev->name);
     *dev_p = dev;
     return UCS_OK;
+
+err_life:
+    free(dev->arena_used);
+    if (dev->life_tid != 0) {
+        pthread_mutex_unlock(&dev->shm->life);
+    }
+    munmap(dev->shm, dev->seg_size);
+    shm_unlink(dev->name);
+    free(dev);
+    return status;
+
 
 err_unmap:
     munmap(dev->shm, dev->seg_size);
@@ -329,6 +418,7 @@ bool vqp_sw_engine_enter(void)
     if (vqp_sw_in_engine) {
         return false;
     }
+    vqp_sw_dev_lock();
     vqp_sw_in_engine = true;
     return true;
 }
@@ -406,6 +496,7 @@ void vqp_sw_engine_leave(void)
         }
     }
     vqp_sw_in_engine = false;
+    vqp_sw_dev_unlock();
 }
 
 void vqp_sw_dev_close(vqp_sw_dev_t *dev)
@@ -414,6 +505,10 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
 
     if (dev == NULL) {
         return;
+    }
+    vqp_sw_dev_lock();
+    if (dev->exec_idle) {
+        vqp_sw_idle_remove(dev);
     }
     for (i = 0; i < VQP_SW_MAX_QP; ++i) {
         if (dev->qps[i] != NULL) {
@@ -460,6 +555,8 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
     }
     free(dev->arena_used);
     free(dev);
+    vqp_sw_dev_unlock();
+    vqp_sw_idle_stop_unused();
 }
 
 void vqp_sw_dev_query(const vqp_sw_dev_t *dev, vqp_sw_dev_attr_t *attr)

@@ -1,8 +1,9 @@
 /*
- * Software mlx5 device: completion events. The engine runs only inside the
- * owner's vqp_sw_progress(), so a process that sleeps executes nothing; a
- * peer that deposits work for it (an inbound record, a responder error)
- * wakes it if it armed. Wakeups travel as empty datagrams to a UNIX socket in
+ * Software mlx5 device: completion events. The engine runs inside the
+ * owner's vqp_sw_progress() (and the idle executor's, which an armed owner
+ * never needs: arming fails while its own WQEs wait), so work that a peer
+ * deposits (an inbound record, a responder error) must wake a sleeping
+ * owner that armed. Wakeups travel as empty datagrams to a UNIX socket in
  * the abstract namespace named like the device's segment: no fd passing, no
  * file left behind, and a socket that vanishes with its process.
  *
@@ -46,7 +47,7 @@ static int vqp_sw_event_socket(void)
     return socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
-ucs_status_t vqp_sw_dev_event_fd(vqp_sw_dev_t *dev, int *fd_p)
+static ucs_status_t vqp_sw_dev_event_fd_locked(vqp_sw_dev_t *dev, int *fd_p)
 {
     struct sockaddr_un sun;
     socklen_t len;
@@ -74,6 +75,16 @@ ucs_status_t vqp_sw_dev_event_fd(vqp_sw_dev_t *dev, int *fd_p)
     }
     *fd_p = dev->event_fd;
     return UCS_OK;
+}
+
+ucs_status_t vqp_sw_dev_event_fd(vqp_sw_dev_t *dev, int *fd_p)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_dev_event_fd_locked(dev, fd_p);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
 /* Work the owner's engine or its user still has to do: a sleep now could
@@ -167,7 +178,7 @@ static const char *vqp_sw_dev_pending(vqp_sw_dev_t *dev, ucs_status_t *err)
     return NULL;
 }
 
-ucs_status_t vqp_sw_dev_arm(vqp_sw_dev_t *dev)
+static ucs_status_t vqp_sw_dev_arm_locked(vqp_sw_dev_t *dev)
 {
     unsigned drained = 0;
     const char *why;
@@ -214,6 +225,16 @@ ucs_status_t vqp_sw_dev_arm(vqp_sw_dev_t *dev)
         return (status != UCS_OK) ? status : UCS_ERR_BUSY;
     }
     return UCS_OK;
+}
+
+ucs_status_t vqp_sw_dev_arm(vqp_sw_dev_t *dev)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_dev_arm_locked(dev);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
 void vqp_sw_peer_wake(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer)

@@ -157,9 +157,20 @@ ucs_status_t vqp_sw_fault_parse(const char *spec, vqp_sw_fault_t *fault)
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_dev_set_faults(vqp_sw_dev_t *dev, const char *spec)
+static ucs_status_t vqp_sw_dev_set_faults_locked(vqp_sw_dev_t *dev,
+                                                 const char *spec)
 {
     return vqp_sw_fault_parse(spec, &dev->fault);
+}
+
+ucs_status_t vqp_sw_dev_set_faults(vqp_sw_dev_t *dev, const char *spec)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_dev_set_faults_locked(dev, spec);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
 /* Syndrome to inject on this WQE, or 0. A targeted error fires once. */

@@ -354,8 +354,12 @@ struct vqp_sw_dev {
     size_t arena_pages;
     vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
     vqp_sw_fault_t fault;
-    bool atomic8_host;  /* 8-byte fetched values in host order */
-    bool exec_doorbell; /* VQP_SW_EXEC=doorbell: SQ doorbells execute */
+    bool atomic8_host;       /* 8-byte fetched values in host order */
+    bool exec_doorbell;      /* VQP_SW_EXEC=doorbell: SQ doorbells execute */
+    bool exec_idle;          /* VQP_SW_EXEC=auto: on the idle executor's list */
+    vqp_sw_dev_t *idle_next; /* that list */
+    uint64_t idle_calls;     /* shm->progress_calls at its last visit */
+    uint64_t idle_runs;      /* progress calls it made for the owner */
     /* Doorbells rung while this thread was inside the engine (a log
      * handler posting, say): run when the outermost engine call ends.
      * Slot and QPN, so a QP destroyed meanwhile is skipped. */
@@ -413,6 +417,28 @@ int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
  * were deferred meanwhile. */
 bool vqp_sw_engine_enter(void);
 void vqp_sw_engine_leave(void);
+
+/* The device lock: one per process, taken by every engine section and by
+ * every control call (create, destroy, modify, register, arm), so threads
+ * sharing devices (UCX workers of one context) and the idle executor take
+ * turns. Recursive per thread (a control call inside a section, a destroy
+ * inside a close). */
+void vqp_sw_dev_lock(void);
+void vqp_sw_dev_unlock(void);
+/* Taken without waiting (the idle executor); false if another thread
+ * holds it. */
+bool vqp_sw_dev_trylock(void);
+
+/* sw_idle.c: the idle executor of VQP_SW_EXEC=auto. A thread that progresses
+ * every such device whose owner left it unprogressed for a period: posted
+ * WQEs execute whether or not their process progresses again, as on a NIC.
+ * Add and remove under the device lock; start and stop without it. */
+void vqp_sw_idle_add(vqp_sw_dev_t *dev);
+void vqp_sw_idle_remove(vqp_sw_dev_t *dev);
+ucs_status_t vqp_sw_idle_start(void);
+void vqp_sw_idle_stop_unused(void);
+/* In a child after fork(): no executor thread there, no devices of ours. */
+void vqp_sw_idle_forked(void);
 
 /* sw_mr.c */
 /* Resolves [addr, addr+len) under @a key in @a shm's MR table with @a

@@ -15,9 +15,10 @@
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
-ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
-                           unsigned access, vqp_sw_mr_t **mr_p,
-                           uint32_t *lkey_p, uint32_t *rkey_p)
+static ucs_status_t vqp_sw_mr_reg_locked(vqp_sw_dev_t *dev, void *addr,
+                                         size_t length, unsigned access,
+                                         vqp_sw_mr_t **mr_p, uint32_t *lkey_p,
+                                         uint32_t *rkey_p)
 {
     vqp_sw_shm_mr_t *ent;
     vqp_sw_mr_t *mr;
@@ -81,7 +82,19 @@ ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr)
+ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
+                           unsigned access, vqp_sw_mr_t **mr_p,
+                           uint32_t *lkey_p, uint32_t *rkey_p)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_mr_reg_locked(dev, addr, length, access, mr_p, lkey_p, rkey_p);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static ucs_status_t vqp_sw_mr_dereg_locked(vqp_sw_mr_t *mr)
 {
     if (mr == NULL) {
         ucs_error("vqp_sw: mr_dereg(NULL)");
@@ -92,6 +105,16 @@ ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr)
     mr->dev->mrs[mr->index] = NULL;
     free(mr);
     return UCS_OK;
+}
+
+ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_mr_dereg_locked(mr);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
 const char *vqp_sw_mr_check(const vqp_sw_shm_t *shm, uint32_t key,

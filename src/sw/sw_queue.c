@@ -43,8 +43,9 @@ const char *vqp_sw_state_str(enum ibv_qp_state state)
     }
 }
 
-ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
-                              vqp_sw_cq_t **cq_p, struct mlx5dv_cq *dv)
+static ucs_status_t vqp_sw_cq_create_locked(vqp_sw_dev_t *dev, uint32_t cqe,
+                                            vqp_sw_cq_t **cq_p,
+                                            struct mlx5dv_cq *dv)
 {
     vqp_sw_cq_t *cq;
     uint32_t i, cnt;
@@ -100,7 +101,18 @@ ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_cq_destroy(vqp_sw_cq_t *cq)
+ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
+                              vqp_sw_cq_t **cq_p, struct mlx5dv_cq *dv)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_cq_create_locked(dev, cqe, cq_p, dv);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static ucs_status_t vqp_sw_cq_destroy_locked(vqp_sw_cq_t *cq)
 {
     if (cq == NULL) {
         ucs_error("vqp_sw: cq_destroy(NULL)");
@@ -117,14 +129,35 @@ ucs_status_t vqp_sw_cq_destroy(vqp_sw_cq_t *cq)
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_cq_status(const vqp_sw_cq_t *cq)
+ucs_status_t vqp_sw_cq_destroy(vqp_sw_cq_t *cq)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_cq_destroy_locked(cq);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static ucs_status_t vqp_sw_cq_status_locked(const vqp_sw_cq_t *cq)
 {
     return cq->overflow ? UCS_ERR_BUFFER_TOO_SMALL : UCS_OK;
 }
 
-ucs_status_t vqp_sw_srq_create(vqp_sw_dev_t *dev, uint32_t max_wr,
-                               uint32_t max_sge, vqp_sw_srq_t **srq_p,
-                               struct mlx5dv_srq *dv)
+ucs_status_t vqp_sw_cq_status(const vqp_sw_cq_t *cq)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_cq_status_locked(cq);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static ucs_status_t vqp_sw_srq_create_locked(vqp_sw_dev_t *dev, uint32_t max_wr,
+                                             uint32_t max_sge,
+                                             vqp_sw_srq_t **srq_p,
+                                             struct mlx5dv_srq *dv)
 {
     struct mlx5_wqe_srq_next_seg *next;
     vqp_sw_srq_t *srq;
@@ -196,7 +229,19 @@ ucs_status_t vqp_sw_srq_create(vqp_sw_dev_t *dev, uint32_t max_wr,
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_srq_destroy(vqp_sw_srq_t *srq)
+ucs_status_t vqp_sw_srq_create(vqp_sw_dev_t *dev, uint32_t max_wr,
+                               uint32_t max_sge, vqp_sw_srq_t **srq_p,
+                               struct mlx5dv_srq *dv)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_srq_create_locked(dev, max_wr, max_sge, srq_p, dv);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static ucs_status_t vqp_sw_srq_destroy_locked(vqp_sw_srq_t *srq)
 {
     vqp_sw_dev_t *dev;
 
@@ -217,6 +262,16 @@ ucs_status_t vqp_sw_srq_destroy(vqp_sw_srq_t *srq)
     dev->srqs[srq->index] = NULL;
     free(srq);
     return UCS_OK;
+}
+
+ucs_status_t vqp_sw_srq_destroy(vqp_sw_srq_t *srq)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_srq_destroy_locked(srq);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
 static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
@@ -351,18 +406,32 @@ err_free:
     return UCS_ERR_NO_MEMORY;
 }
 
+static ucs_status_t vqp_sw_qp_create_locked(vqp_sw_dev_t *dev,
+                                            const vqp_sw_qp_init_attr_t *attr,
+                                            vqp_sw_qp_t **qp_p,
+                                            struct mlx5dv_qp *dv,
+                                            uint32_t *qpn_p)
+{
+    return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_RC, qp_p, dv, qpn_p);
+}
+
 ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
                               const vqp_sw_qp_init_attr_t *attr,
                               vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
                               uint32_t *qpn_p)
 {
-    return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_RC, qp_p, dv, qpn_p);
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_qp_create_locked(dev, attr, qp_p, dv, qpn_p);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
-ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
-                                 const vqp_sw_qp_init_attr_t *attr,
-                                 vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
-                                 uint32_t *qpn_p)
+static ucs_status_t
+vqp_sw_ud_qp_create_locked(vqp_sw_dev_t *dev, const vqp_sw_qp_init_attr_t *attr,
+                           vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
+                           uint32_t *qpn_p)
 {
     if (attr->srq != NULL) {
         ucs_error("vqp_sw %s: ud_qp_create: a UD QP on an SRQ is not "
@@ -373,7 +442,20 @@ ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
     return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_UD, qp_p, dv, qpn_p);
 }
 
-ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
+ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
+                                 const vqp_sw_qp_init_attr_t *attr,
+                                 vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
+                                 uint32_t *qpn_p)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_ud_qp_create_locked(dev, attr, qp_p, dv, qpn_p);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static ucs_status_t vqp_sw_qp_destroy_locked(vqp_sw_qp_t *qp)
 {
     vqp_sw_dev_t *dev;
     unsigned i;
@@ -423,6 +505,16 @@ ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
     free(qp->bf);
     free(qp);
     return UCS_OK;
+}
+
+ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_qp_destroy_locked(qp);
+    vqp_sw_dev_unlock();
+    return ret;
 }
 
 enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp)
@@ -525,7 +617,8 @@ static ucs_status_t vqp_sw_ud_modify(vqp_sw_qp_t *qp, enum ibv_qp_state cur,
     return UCS_OK;
 }
 
-ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
+static ucs_status_t vqp_sw_qp_modify_locked(vqp_sw_qp_t *qp,
+                                            const vqp_sw_qp_attr_t *attr)
 {
     const unsigned access_ok =
         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -621,7 +714,18 @@ ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
     return UCS_OK;
 }
 
-void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c)
+ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
+{
+    ucs_status_t ret;
+
+    vqp_sw_dev_lock();
+    ret = vqp_sw_qp_modify_locked(qp, attr);
+    vqp_sw_dev_unlock();
+    return ret;
+}
+
+static void vqp_sw_qp_counters_locked(const vqp_sw_qp_t *qp,
+                                      vqp_sw_qp_counters_t *c)
 {
     c->wqes        = qp->shm->wqes;
     c->bytes       = qp->shm->bytes;
@@ -631,4 +735,11 @@ void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c)
     c->flushed     = qp->shm->flushed;
     c->recv_msgs   = qp->shm->recv_msgs;
     c->ud_dropped  = qp->shm->ud_dropped;
+}
+
+void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c)
+{
+    vqp_sw_dev_lock();
+    vqp_sw_qp_counters_locked(qp, c);
+    vqp_sw_dev_unlock();
 }

@@ -55,8 +55,12 @@ typedef struct vqp_sw_dev_attr {
      * when the HCA offers it). */
     uint32_t atomic_be_sizes;
     /* 1: vqp_sw_qp_doorbell executes (VQP_SW_EXEC=doorbell); 0: WQEs run
-     * only in vqp_sw_progress (VQP_SW_EXEC=progress, the default). */
+     * in vqp_sw_progress (VQP_SW_EXEC=auto, the default, or progress). */
     uint32_t exec_doorbell;
+    /* 1 (VQP_SW_EXEC=auto): an idle executor thread also progresses the
+     * device once its owner left it unprogressed for VQP_SW_IDLE_US
+     * (1000 us by default); 0: only the owner's calls execute. */
+    uint32_t exec_idle;
 } vqp_sw_dev_attr_t;
 
 /*
@@ -82,6 +86,10 @@ void vqp_sw_dev_address(const vqp_sw_dev_t *dev, vqp_sw_dev_addr_t *addr);
  * Bounded work per call. Returns the number of events processed (0 = idle).
  */
 unsigned vqp_sw_progress(vqp_sw_dev_t *dev);
+
+/* Visits in which the idle executor progressed @a dev for its owner
+ * (VQP_SW_EXEC=auto; see vqp_sw_dev_attr_t.exec_idle). */
+uint64_t vqp_sw_dev_idle_runs(const vqp_sw_dev_t *dev);
 
 /*
  * The SQ doorbell: software calls it after writing the doorbell record (and,

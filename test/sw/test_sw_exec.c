@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -98,36 +99,43 @@ static int teardown(void **state)
     return 0;
 }
 
-/* VQP_SW_EXEC at open: doorbell or progress (default, also empty); anything
- * else fails the open with a log line. */
+/* Opens a device with VQP_SW_EXEC=@a exec (NULL: unset) and checks the
+ * mode it reports. */
+static void check_exec_mode(const char *exec, uint32_t doorbell, uint32_t idle)
+{
+    vqp_sw_dev_attr_t attr;
+    vqp_sw_dev_t *dev;
+
+    if (exec == NULL) {
+        unsetenv("VQP_SW_EXEC");
+    } else {
+        setenv("VQP_SW_EXEC", exec, 1);
+    }
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
+    vqp_sw_dev_query(dev, &attr);
+    assert_int_equal(attr.exec_doorbell, doorbell);
+    assert_int_equal(attr.exec_idle, idle);
+    vqp_sw_dev_close(dev);
+    unsetenv("VQP_SW_EXEC");
+}
+
+/* VQP_SW_EXEC at open: auto (the default, also empty), progress or
+ * doorbell; VQP_SW_IDLE_US: 100..1000000. Anything else fails the open
+ * with a log line. */
 static void test_env(void **state)
 {
-    static const char *bad[] = {"sometimes", "Doorbell", "progress ", "1"};
-    vqp_sw_dev_attr_t attr;
+    static const char *bad[]    = {"sometimes", "Doorbell", "progress ", "1",
+                                   "Auto"};
+    static const char *bad_us[] = {"99", "1000001", "1ms", "-5", " "};
     vqp_sw_dev_t *dev;
     char line[128];
     unsigned i;
 
-    unsetenv("VQP_SW_EXEC");
-    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
-    vqp_sw_dev_query(dev, &attr);
-    assert_int_equal(attr.exec_doorbell, 0);
-    vqp_sw_dev_close(dev);
-    setenv("VQP_SW_EXEC", "", 1);
-    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
-    vqp_sw_dev_query(dev, &attr);
-    assert_int_equal(attr.exec_doorbell, 0);
-    vqp_sw_dev_close(dev);
-    setenv("VQP_SW_EXEC", "doorbell", 1);
-    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
-    vqp_sw_dev_query(dev, &attr);
-    assert_int_equal(attr.exec_doorbell, 1);
-    vqp_sw_dev_close(dev);
-    setenv("VQP_SW_EXEC", "progress", 1);
-    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
-    vqp_sw_dev_query(dev, &attr);
-    assert_int_equal(attr.exec_doorbell, 0);
-    vqp_sw_dev_close(dev);
+    check_exec_mode(NULL, 0, 1);
+    check_exec_mode("", 0, 1);
+    check_exec_mode("auto", 0, 1);
+    check_exec_mode("progress", 0, 0);
+    check_exec_mode("doorbell", 1, 0);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
         setenv("VQP_SW_EXEC", bad[i], 1);
         dev = NULL;
@@ -135,10 +143,30 @@ static void test_env(void **state)
                          UCS_ERR_INVALID_PARAM);
         assert_null(dev);
         snprintf(line, sizeof(line),
-                 "invalid VQP_SW_EXEC '%s' (doorbell or progress)", bad[i]);
+                 "invalid VQP_SW_EXEC '%s' (auto, progress or doorbell)",
+                 bad[i]);
         assert_true(sw_test_log_has(line));
     }
     unsetenv("VQP_SW_EXEC");
+    for (i = 0; i < sizeof(bad_us) / sizeof(bad_us[0]); ++i) {
+        setenv("VQP_SW_IDLE_US", bad_us[i], 1);
+        dev = NULL;
+        assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev),
+                         UCS_ERR_INVALID_PARAM);
+        assert_null(dev);
+        snprintf(line, sizeof(line),
+                 "invalid VQP_SW_IDLE_US '%s' (100..1000000 microseconds)",
+                 bad_us[i]);
+        assert_true(sw_test_log_has(line));
+    }
+    /* Only the idle executor reads it. */
+    setenv("VQP_SW_EXEC", "progress", 1);
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
+    vqp_sw_dev_close(dev);
+    unsetenv("VQP_SW_EXEC");
+    setenv("VQP_SW_IDLE_US", "100", 1);
+    check_exec_mode(NULL, 0, 1);
+    unsetenv("VQP_SW_IDLE_US");
 }
 
 /* ------------------------------------------------ across processes (fork) */
@@ -271,19 +299,39 @@ static int receiver_main(int rfd, int wfd)
     return 0;
 }
 
+/* The next CQE of @a cq, which a thread other than this one may write:
+ * waits up to 2 s for it, calling no progress. */
+static struct mlx5_cqe64 *cq_wait_peek(sw_test_cq_t *cq)
+{
+    struct mlx5_cqe64 *cqe;
+    unsigned ms;
+
+    for (ms = 0; ms < 2000; ++ms) {
+        cqe = sw_test_cq_peek(cq);
+        if (cqe != NULL) {
+            return cqe;
+        }
+        usleep(1000);
+    }
+    return NULL;
+}
+
 /* The sender posts a small SEND, a large SEND and a WRITE, never calls
  * progress, and sleeps in read() while the receiver looks: the data and both
- * messages are there, and the sender's CQEs were in its CQ at once. */
-static void test_across_processes(void **state)
+ * messages are there. With @a mode doorbell the sender's CQEs were in its CQ
+ * at once; with auto (the default) the idle executor ran them within
+ * milliseconds. */
+static void across_processes(const char *mode)
 {
     int to_child[2], from_child[2], status;
+    int idle = !strcmp(mode, "auto");
     struct mlx5_cqe64 *cqe;
     pid_t child;
     unsigned i;
     side_t s;
     char c;
 
-    setenv("VQP_SW_EXEC", "doorbell", 1); /* the child's too */
+    setenv("VQP_SW_EXEC", mode, 1); /* the child's too */
     assert_int_equal(pipe(to_child), 0);
     assert_int_equal(pipe(from_child), 0);
     child = fork();
@@ -329,7 +377,7 @@ static void test_across_processes(void **state)
 
     /* Our CQEs, without a progress call. */
     for (i = 0; i < 3; ++i) {
-        cqe = sw_test_cq_peek(&s.scq);
+        cqe = idle ? cq_wait_peek(&s.scq) : sw_test_cq_peek(&s.scq);
         assert_non_null(cqe);
         assert_int_equal(sw_test_cqe_opcode(cqe), MLX5_CQE_REQ);
         sw_test_cq_pop(&s.scq);
@@ -340,13 +388,148 @@ static void test_across_processes(void **state)
     assert_int_equal(xfer(to_child[1], "c", 1, 1), 0);
     assert_int_equal(xfer(from_child[0], &c, 1, 0), 0);
     assert_int_equal(c, 'k');
-    assert_int_equal(progress_calls(s.dev), 0);
+    if (idle) { /* nobody but the executor progressed */
+        assert_true(vqp_sw_dev_idle_runs(s.dev) >= 1);
+        assert_int_equal(progress_calls(s.dev), s.dev->idle_calls);
+    } else {
+        assert_int_equal(progress_calls(s.dev), 0);
+    }
     close(to_child[1]);
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
     close(from_child[0]);
     side_close(&s);
+}
+
+static void test_across_processes(void **state)
+{
+    across_processes("doorbell");
+}
+
+/* A process that posts and then only sleeps (the default mode): what a
+ * UCP sender does before waiting on its peer's event fd. */
+static void test_across_processes_idle(void **state)
+{
+    across_processes("auto");
+}
+
+/* ---------------------------------------------------- threads (one lock) */
+
+#define THREAD_WRITES 4096
+#define THREAD_BATCH  16
+#define THREAD_CYCLES 200
+
+typedef struct threads_arg {
+    fx_t *f;
+    int failed; /* the step that failed, 0: none */
+} threads_arg_t;
+
+/* WRITEs on the fixture's pair in batches, progressed to their CQEs by
+ * this thread while the other one progresses both devices too: each WQE
+ * runs once (one CQE each, in order), with its data. */
+static void *thread_data(void *p)
+{
+    threads_arg_t *a = p;
+    fx_t *f          = a->f;
+    struct mlx5_cqe64 *cqe;
+    uint16_t wqe[THREAD_BATCH];
+    unsigned i, j, spins;
+
+    for (i = 0; (i < THREAD_WRITES / THREAD_BATCH) && (a->failed == 0); ++i) {
+        for (j = 0; j < THREAD_BATCH; ++j) {
+            memset(f->buf[0] + j * 256, (int)(i + j + 1), 256);
+            write_wqe(f, &f->qp[0], 0, j * 256, j * 256, 256,
+                      MLX5_WQE_CTRL_CQ_UPDATE);
+            wqe[j] = sw_test_ring(&f->qp[0], 3);
+        }
+        for (j = 0; (j < THREAD_BATCH) && (a->failed == 0); ++j) {
+            for (spins = 0; ((cqe = sw_test_cq_peek(&f->scq[0])) == NULL) &&
+                            (spins < 10000000);
+                 ++spins) {
+                vqp_sw_progress(f->devs[0]);
+                vqp_sw_progress(f->devs[1]);
+            }
+            if ((cqe == NULL) || (sw_test_cqe_opcode(cqe) != MLX5_CQE_REQ)) {
+                a->failed = 1;
+            } else if (be16toh(cqe->wqe_counter) != wqe[j]) {
+                a->failed = 2;
+            } else if (f->buf[1][j * 256 + 255] != (uint8_t)(i + j + 1)) {
+                a->failed = 3;
+            }
+            sw_test_cq_pop(&f->scq[0]);
+        }
+        for (spins = 0; spins < 100; ++spins) {
+            vqp_sw_progress(f->devs[0]);
+        }
+        if (sw_test_cq_peek(&f->scq[0]) != NULL) {
+            a->failed = 4; /* a WQE that ran twice */
+        }
+    }
+    return NULL;
+}
+
+/* Control calls on the same devices meanwhile: QPs, CQs and MRs come and
+ * go (the device's QP list changes under the other thread's progress). */
+static void *thread_control(void *p)
+{
+    threads_arg_t *a = p;
+    fx_t *f          = a->f;
+    uint32_t lkey, rkey;
+    sw_test_cq_t cq;
+    sw_test_qp_t qp;
+    vqp_sw_mr_t *mr;
+    unsigned i, j;
+    char *buf;
+
+    buf = malloc(4096);
+    for (i = 0; (i < THREAD_CYCLES) && (a->failed == 0); ++i) {
+        if ((vqp_sw_mr_reg(f->devs[i & 1], buf, 4096, SW_TEST_ACCESS_ALL, &mr,
+                           &lkey, &rkey) != UCS_OK) ||
+            (sw_test_cq_create(f->devs[i & 1], 64, &cq) != UCS_OK) ||
+            (sw_test_qp_create(f->devs[i & 1], &cq, &cq, NULL, 64, 16, 128,
+                               &qp) != UCS_OK)) {
+            a->failed = 10;
+            break;
+        }
+        for (j = 0; j < 200; ++j) {
+            vqp_sw_progress(f->devs[0]);
+            vqp_sw_progress(f->devs[1]);
+        }
+        if ((vqp_sw_qp_destroy(qp.qp) != UCS_OK) ||
+            (vqp_sw_cq_destroy(cq.cq) != UCS_OK) ||
+            (vqp_sw_mr_dereg(mr) != UCS_OK)) {
+            a->failed = 11;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Threads sharing the devices (UCX workers of one context on one memory
+ * domain) take turns in the engine and in control calls: every WRITE
+ * completes once with its data, every control call succeeds. */
+static void test_threads_share_devices(void **state)
+{
+    threads_arg_t data, ctl;
+    pthread_t th[2];
+    fx_t f;
+
+    setenv("VQP_SW_EXEC", "progress", 1);
+    assert_int_equal(fx_init(&f, 256, 16, 7, 3), 0);
+    unsetenv("VQP_SW_EXEC");
+    data.f      = &f;
+    data.failed = 0;
+    ctl.f       = &f;
+    ctl.failed  = 0;
+    assert_int_equal(pthread_create(&th[0], NULL, thread_data, &data), 0);
+    assert_int_equal(pthread_create(&th[1], NULL, thread_control, &ctl), 0);
+    assert_int_equal(pthread_join(th[0], NULL), 0);
+    assert_int_equal(pthread_join(th[1], NULL), 0);
+    assert_int_equal(data.failed, 0);
+    assert_int_equal(ctl.failed, 0);
+    assert_null(sw_test_cq_peek(&f.scq[0])); /* each CQE once */
+    fx_fini(&f);
 }
 
 /* ------------------------------------------------------ in one process */
@@ -363,6 +546,7 @@ static void test_progress_mode(void **state)
     memset(f.buf[0], 0x5a, 256);
     write_wqe(&f, &f.qp[0], 0, 0, 0, 256, MLX5_WQE_CTRL_CQ_UPDATE);
     ring_db(&f.qp[0], 3);
+    usleep(5000); /* five idle executor periods: there is none */
     assert_null(sw_test_cq_peek(&f.scq[0]));
     assert_int_equal(f.buf[1][0], 0);
     assert_int_equal(fx_poll(&f, 0, 0, &cqe), 0);
@@ -632,6 +816,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_across_processes),
+        cmocka_unit_test(test_across_processes_idle),
+        cmocka_unit_test(test_threads_share_devices),
         cmocka_unit_test(test_progress_mode),
         cmocka_unit_test(test_doorbell_record_wraps),
         T(test_only_that_qp),
