@@ -183,11 +183,13 @@ ucs_status_t vqp_sw_idle_start(void)
     return status;
 }
 
-void vqp_sw_idle_stop_unused(void)
+/* Stops the thread if it runs and @a always or no device is listed. */
+static void vqp_sw_idle_stop(bool always)
 {
     pthread_mutex_lock(&vqp_sw_idle.ctl);
     if (vqp_sw_idle.running &&
-        (__atomic_load_n(&vqp_sw_idle_count, __ATOMIC_RELAXED) == 0)) {
+        (always ||
+         (__atomic_load_n(&vqp_sw_idle_count, __ATOMIC_RELAXED) == 0))) {
         pthread_mutex_lock(&vqp_sw_idle.mutex);
         vqp_sw_idle.stop = true;
         pthread_cond_signal(&vqp_sw_idle.cond);
@@ -198,6 +200,19 @@ void vqp_sw_idle_stop_unused(void)
         ucs_debug("vqp_sw: idle executor stopped");
     }
     pthread_mutex_unlock(&vqp_sw_idle.ctl);
+}
+
+void vqp_sw_idle_stop_unused(void)
+{
+    vqp_sw_idle_stop(false);
+}
+
+/* A process that exits (or unloads this library) with devices still open:
+ * the thread must not run into UCS's own destructors, which run after this
+ * one (UCS is loaded before us). */
+static void __attribute__((destructor)) vqp_sw_idle_fini(void)
+{
+    vqp_sw_idle_stop(true);
 }
 
 void vqp_sw_idle_forked(void)
