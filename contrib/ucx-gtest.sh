@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run UCX's own UCT test suite (gtest) against rc_vqp on the software device.
+# Run UCX's own UCT and UCP test suites (gtest) against rc_vqp on the
+# software device.
 #
 # usage: contrib/ucx-gtest.sh --module LIB --dest DIR [--ucx-src DIR] [-- GTEST_ARGS]
 #
@@ -10,10 +11,14 @@
 # - adds rc_vqp to the transports the UCT tests are instantiated for
 #   (UCT_TEST_NO_SELF_TLS) and to the memory-domain tests; not to the
 #   rc-specific ones, which cast interfaces to UCX's own rc structures;
-# - runs every rc_vqp test with LIB preloaded, and one that needs 2048
+# - adds an "rcvqp" instantiation (UCX_TLS=rc_vqp) to UCP's test cases
+#   (UCP_INSTANTIATE_TEST_CASE and its GPU-aware form);
+# - runs every rc_vqp UCT test with LIB preloaded, and one that needs 2048
 #   endpoint pairs with one QP per endpoint (17 per endpoint by default
-#   would exceed the software device's 16384 QPs);
-# - prints gtest's own summary and a last line "N passed, N failed".
+#   would exceed the software device's 16384 QPs); then every rcvqp UCP test
+#   but the sockaddr ones (their fixture wants an IPoIB or RoCE netdev, or
+#   tcp among the transports: all of them skip);
+# - prints gtest's own summaries and a last line "N passed, N failed".
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 module="" dest="" ucx_src=""
@@ -62,6 +67,20 @@ if [ ! -r "$configured" ]; then
     grep -q '^ *rc_vqp, \\$' "$m" || die "could not add rc_vqp to the MD tests in $m"
     touch "$configured"
 fi
+ucp_patched="$dest/.rc_vqp-gtest-ucp"
+if [ ! -r "$ucp_patched" ]; then
+    # A tree configured before the UCP tests were run here gets the edit too;
+    # its UCP test objects are rebuilt (the tree does not track header
+    # dependencies).
+    cd "$dest" || die "cannot enter $dest"
+    h=test/gtest/ucp/ucp_test.h
+    perl -0pi -e 's/(UCP_INSTANTIATE_TEST_CASE_TLS\(_test_case, tcp, +"tcp"\))\n/$1 \\\n    UCP_INSTANTIATE_TEST_CASE_TLS(_test_case, rcvqp, "rc_vqp")\n/' "$h"
+    perl -0pi -e 's/(UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE\(_test_case, tcp, \\\n +"tcp"\))\n/$1 \\\n    UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE(_test_case, rcvqp, "rc_vqp")\n/' "$h"
+    [ "$(grep -c '_test_case, rcvqp, "rc_vqp")$' "$h")" -eq 2 ] ||
+        die "could not add the rcvqp instantiations to $h"
+    rm -f test/gtest/ucp/*.o test/gtest/gtest "$stamp"
+    touch "$ucp_patched"
+fi
 if [ ! -r "$stamp" ]; then
     cd "$dest" || die "cannot enter $dest"
 
@@ -103,7 +122,8 @@ run() { # log-name env... -- gtest args
     pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
 }
 log "running the rc_vqp tests (logs: $dest/gtest-*.log)"
-run all timeout 1200 ./gtest "--gtest_filter=*rc_vqp*:-$big" "$@"
+run all timeout 1200 ./gtest "--gtest_filter=*rc_vqp*:-$big:rcvqp/*" "$@"
 run big UCX_RC_VQP_NUM_QPS=1 timeout 600 ./gtest "--gtest_filter=$big" "$@"
+run ucp timeout 2400 ./gtest "--gtest_filter=rcvqp/*:-*sockaddr*" "$@"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

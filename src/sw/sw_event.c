@@ -79,12 +79,7 @@ static ucs_status_t vqp_sw_dev_event_fd_locked(vqp_sw_dev_t *dev, int *fd_p)
 
 ucs_status_t vqp_sw_dev_event_fd(vqp_sw_dev_t *dev, int *fd_p)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_dev_event_fd_locked(dev, fd_p);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_dev_event_fd_locked(dev, fd_p));
 }
 
 /* Work the owner's engine or its user still has to do: a sleep now could
@@ -229,12 +224,7 @@ static ucs_status_t vqp_sw_dev_arm_locked(vqp_sw_dev_t *dev)
 
 ucs_status_t vqp_sw_dev_arm(vqp_sw_dev_t *dev)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_dev_arm_locked(dev);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_dev_arm_locked(dev));
 }
 
 void vqp_sw_peer_wake(vqp_sw_dev_t *dev, vqp_sw_peer_t *peer)

@@ -165,12 +165,7 @@ static ucs_status_t vqp_sw_dev_set_faults_locked(vqp_sw_dev_t *dev,
 
 ucs_status_t vqp_sw_dev_set_faults(vqp_sw_dev_t *dev, const char *spec)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_dev_set_faults_locked(dev, spec);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_dev_set_faults_locked(dev, spec));
 }
 
 /* Syndrome to inject on this WQE, or 0. A targeted error fires once. */

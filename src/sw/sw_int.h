@@ -429,6 +429,16 @@ void vqp_sw_dev_unlock(void);
  * holds it. */
 bool vqp_sw_dev_trylock(void);
 
+/* The value of the control call @a _call, made under the device lock. */
+#define VQP_SW_LOCKED(_call)           \
+    ({                                 \
+        __typeof__(_call) _vqp_sw_ret; \
+        vqp_sw_dev_lock();             \
+        _vqp_sw_ret = (_call);         \
+        vqp_sw_dev_unlock();           \
+        _vqp_sw_ret;                   \
+    })
+
 /* sw_idle.c: the idle executor of VQP_SW_EXEC=auto. A thread that progresses
  * every such device whose owner left it unprogressed for a period: posted
  * WQEs execute whether or not their process progresses again, as on a NIC.

@@ -86,12 +86,8 @@ ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
                            unsigned access, vqp_sw_mr_t **mr_p,
                            uint32_t *lkey_p, uint32_t *rkey_p)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_mr_reg_locked(dev, addr, length, access, mr_p, lkey_p, rkey_p);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(
+        vqp_sw_mr_reg_locked(dev, addr, length, access, mr_p, lkey_p, rkey_p));
 }
 
 static ucs_status_t vqp_sw_mr_dereg_locked(vqp_sw_mr_t *mr)
@@ -109,12 +105,7 @@ static ucs_status_t vqp_sw_mr_dereg_locked(vqp_sw_mr_t *mr)
 
 ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_mr_dereg_locked(mr);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_mr_dereg_locked(mr));
 }
 
 const char *vqp_sw_mr_check(const vqp_sw_shm_t *shm, uint32_t key,

@@ -104,12 +104,7 @@ static ucs_status_t vqp_sw_cq_create_locked(vqp_sw_dev_t *dev, uint32_t cqe,
 ucs_status_t vqp_sw_cq_create(vqp_sw_dev_t *dev, uint32_t cqe,
                               vqp_sw_cq_t **cq_p, struct mlx5dv_cq *dv)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_cq_create_locked(dev, cqe, cq_p, dv);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_cq_create_locked(dev, cqe, cq_p, dv));
 }
 
 static ucs_status_t vqp_sw_cq_destroy_locked(vqp_sw_cq_t *cq)
@@ -131,12 +126,7 @@ static ucs_status_t vqp_sw_cq_destroy_locked(vqp_sw_cq_t *cq)
 
 ucs_status_t vqp_sw_cq_destroy(vqp_sw_cq_t *cq)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_cq_destroy_locked(cq);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_cq_destroy_locked(cq));
 }
 
 static ucs_status_t vqp_sw_cq_status_locked(const vqp_sw_cq_t *cq)
@@ -146,12 +136,7 @@ static ucs_status_t vqp_sw_cq_status_locked(const vqp_sw_cq_t *cq)
 
 ucs_status_t vqp_sw_cq_status(const vqp_sw_cq_t *cq)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_cq_status_locked(cq);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_cq_status_locked(cq));
 }
 
 static ucs_status_t vqp_sw_srq_create_locked(vqp_sw_dev_t *dev, uint32_t max_wr,
@@ -233,12 +218,8 @@ ucs_status_t vqp_sw_srq_create(vqp_sw_dev_t *dev, uint32_t max_wr,
                                uint32_t max_sge, vqp_sw_srq_t **srq_p,
                                struct mlx5dv_srq *dv)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_srq_create_locked(dev, max_wr, max_sge, srq_p, dv);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(
+        vqp_sw_srq_create_locked(dev, max_wr, max_sge, srq_p, dv));
 }
 
 static ucs_status_t vqp_sw_srq_destroy_locked(vqp_sw_srq_t *srq)
@@ -266,12 +247,7 @@ static ucs_status_t vqp_sw_srq_destroy_locked(vqp_sw_srq_t *srq)
 
 ucs_status_t vqp_sw_srq_destroy(vqp_sw_srq_t *srq)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_srq_destroy_locked(srq);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_srq_destroy_locked(srq));
 }
 
 static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
@@ -420,12 +396,7 @@ ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
                               vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
                               uint32_t *qpn_p)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_qp_create_locked(dev, attr, qp_p, dv, qpn_p);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_qp_create_locked(dev, attr, qp_p, dv, qpn_p));
 }
 
 static ucs_status_t
@@ -447,12 +418,8 @@ ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
                                  vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
                                  uint32_t *qpn_p)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_ud_qp_create_locked(dev, attr, qp_p, dv, qpn_p);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(
+        vqp_sw_ud_qp_create_locked(dev, attr, qp_p, dv, qpn_p));
 }
 
 static ucs_status_t vqp_sw_qp_destroy_locked(vqp_sw_qp_t *qp)
@@ -509,12 +476,7 @@ static ucs_status_t vqp_sw_qp_destroy_locked(vqp_sw_qp_t *qp)
 
 ucs_status_t vqp_sw_qp_destroy(vqp_sw_qp_t *qp)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_qp_destroy_locked(qp);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_qp_destroy_locked(qp));
 }
 
 enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp)
@@ -716,12 +678,7 @@ static ucs_status_t vqp_sw_qp_modify_locked(vqp_sw_qp_t *qp,
 
 ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
 {
-    ucs_status_t ret;
-
-    vqp_sw_dev_lock();
-    ret = vqp_sw_qp_modify_locked(qp, attr);
-    vqp_sw_dev_unlock();
-    return ret;
+    return VQP_SW_LOCKED(vqp_sw_qp_modify_locked(qp, attr));
 }
 
 static void vqp_sw_qp_counters_locked(const vqp_sw_qp_t *qp,

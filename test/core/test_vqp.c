@@ -1749,84 +1749,92 @@ static void test_cq_credits_shared(void **state)
     credit_set_destroy(&cs);
 }
 
-/* A striped operation takes the CQ credits of all its fragments at once:
- * with fewer credits left it posts as many fragments as there are credits
- * (the count never goes below zero), waits, and goes on with credits that
- * come back. Every operation completes once, in order, with its data, and
- * every credit is back at the end. */
-static void test_striped_credits_partial(void **state)
+#define STRIPED_FRAGS 16
+#define STRIPED_LEN   (STRIPED_FRAGS * 4096)
+
+/* Spray over 4 QPs, 4 KiB fragments, nothing reserved for receives. */
+static vqp_params_t striped_params(unsigned max_outstanding)
 {
     vqp_params_t params = base_params(4, VQP_LB_SPRAY);
-    const unsigned ops = 6, frags = 16;
-    const uint64_t len = frags * 4096;
-    vqp_stats_t stats;
-    vqp_send_wr_t wr;
-    credit_set_t cs;
-    int32_t credits0;
-    unsigned i;
 
     params.frag_size        = 4096;
     params.stripe_threshold = 4096;
-    params.max_outstanding  = 64; /* the rings are not the limit */
+    params.max_outstanding  = max_outstanding;
     params.max_recvs        = 0;
-    credit_set_create(&cs, 1, 32, params);
-    credits0 = cs.a.cq->devs[0].credits;
-    assert_true((credits0 > (int32_t)frags) &&
-                (credits0 < (int32_t)(2 * frags)));
-    fill_pattern(cs.a.buf, ops * len, 5);
-    memset(cs.b.buf, 0, ops * len);
+    return params;
+}
+
+/* @a ops WRITEs of STRIPED_FRAGS fragments each from cs->va[0]. */
+static void striped_post(credit_set_t *cs, unsigned ops, unsigned seed)
+{
+    vqp_send_wr_t wr;
+    unsigned i;
+
+    fill_pattern(cs->a.buf, ops * STRIPED_LEN, seed);
+    memset(cs->b.buf, 0, ops * STRIPED_LEN);
     for (i = 0; i < ops; ++i) {
-        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i, i * len, i * len, len);
-        assert_int_equal(vqp_post_send(cs.va[0], &wr), UCS_OK);
+        wr = make_wr(&cs->a, &cs->b, VQP_OP_WRITE, i, i * STRIPED_LEN,
+                     i * STRIPED_LEN, STRIPED_LEN);
+        assert_int_equal(vqp_post_send(cs->va[0], &wr), UCS_OK);
     }
+}
+
+/* They all complete once, in order, with their data; every credit is back
+ * once the set is gone. */
+static void striped_finish(credit_set_t *cs, unsigned ops)
+{
+    vqp_stats_t stats;
+
+    credit_set_wait(cs, ops);
+    check_in_order(&cs->a, ops, 0);
+    assert_memory_equal(cs->a.buf, cs->b.buf, ops * STRIPED_LEN);
+    vqp_query_stats(cs->va[0], &stats);
+    assert_int_equal(stats.frags_posted, ops * STRIPED_FRAGS);
+    credit_set_destroy(cs);
+}
+
+/* A striped operation takes the CQ credits of all its fragments at once:
+ * with fewer credits left it posts as many fragments as there are credits
+ * (the count never goes below zero), waits, and goes on with credits that
+ * come back. */
+static void test_striped_credits_partial(void **state)
+{
+    const unsigned ops = 6;
+    vqp_stats_t stats;
+    credit_set_t cs;
+    int32_t credits0;
+
+    credit_set_create(&cs, 1, 32, striped_params(64)); /* rings: no limit */
+    credits0 = cs.a.cq->devs[0].credits;
+    assert_true((credits0 > STRIPED_FRAGS) && (credits0 < 2 * STRIPED_FRAGS));
+    striped_post(&cs, ops, 5);
     vqp_query_stats(cs.va[0], &stats);
     assert_int_equal(stats.frags_posted, (uint64_t)credits0);
     assert_int_equal(cs.a.cq->devs[0].credits, 0);
     assert_true(stats.credit_waits >= 1);
-    credit_set_wait(&cs, ops);
-    check_in_order(&cs.a, ops, 0);
-    assert_memory_equal(cs.a.buf, cs.b.buf, ops * len);
-    vqp_query_stats(cs.va[0], &stats);
-    assert_int_equal(stats.frags_posted, ops * frags);
-    credit_set_destroy(&cs); /* every credit back */
+    striped_finish(&cs, ops);
 }
 
 /* The QPs' rings fill before the fragments of a striped operation are all
- * posted: the credits it took for those that did not go are given back
- * (all are back once everything completed). */
+ * posted: the credits it took for those that did not go are given back. */
 static void test_striped_rings_full_credits(void **state)
 {
-    vqp_params_t params = base_params(4, VQP_LB_SPRAY);
-    const unsigned ops = 8, frags = 16;
-    const uint64_t len = frags * 4096;
+    const unsigned ops  = 8;
+    vqp_params_t params = striped_params(2);
     vqp_stats_t stats;
-    vqp_send_wr_t wr;
     credit_set_t cs;
     int32_t credits0;
-    unsigned i;
 
-    params.frag_size        = 4096;
-    params.stripe_threshold = 4096;
-    params.max_outstanding  = 2;
-    params.max_ops          = ops; /* the ring of QP 0 (also the send QP) */
-    params.max_recvs        = 0;
+    params.max_ops = ops; /* the ring of QP 0 (also the send QP) */
     credit_set_create(&cs, 1, 1024, params);
     credits0 = cs.a.cq->devs[0].credits;
-    fill_pattern(cs.a.buf, ops * len, 6);
-    memset(cs.b.buf, 0, ops * len);
-    for (i = 0; i < ops; ++i) {
-        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i, i * len, i * len, len);
-        assert_int_equal(vqp_post_send(cs.va[0], &wr), UCS_OK);
-    }
+    striped_post(&cs, ops, 6);
     vqp_query_stats(cs.va[0], &stats);
-    assert_true(stats.frags_posted < ops * frags); /* the rings stopped it */
+    assert_true(stats.frags_posted < ops * STRIPED_FRAGS); /* rings full */
     assert_int_equal(cs.a.cq->devs[0].credits,
                      credits0 - (int32_t)stats.frags_posted);
     assert_int_equal(stats.credit_waits, 0);
-    credit_set_wait(&cs, ops);
-    check_in_order(&cs.a, ops, 0);
-    assert_memory_equal(cs.a.buf, cs.b.buf, ops * len);
-    credit_set_destroy(&cs);
+    striped_finish(&cs, ops);
 }
 
 /* One virtual QP holds most credits with unsignaled WQEs that no CQE
