@@ -12,12 +12,13 @@
 #   (UCT_TEST_NO_SELF_TLS) and to the memory-domain tests; not to the
 #   rc-specific ones, which cast interfaces to UCX's own rc structures;
 # - adds an "rcvqp" instantiation (UCX_TLS=rc_vqp) to UCP's test cases
-#   (UCP_INSTANTIATE_TEST_CASE and its GPU-aware form);
+#   (UCP_INSTANTIATE_TEST_CASE and its GPU-aware form), and an "rcvqp_tcp"
+#   one ("rc_vqp,tcp") to the sockaddr test cases;
 # - runs every rc_vqp UCT test with LIB preloaded, and one that needs 2048
 #   endpoint pairs with one QP per endpoint (17 per endpoint by default
 #   would exceed the software device's 16384 QPs); then every rcvqp UCP test
 #   but the sockaddr ones (their fixture wants an IPoIB or RoCE netdev, or
-#   tcp among the transports: all of them skip);
+#   tcp among the transports: all of them skip), then every rcvqp_tcp one;
 # - prints gtest's own summaries and a last line "N passed, N failed".
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -67,19 +68,27 @@ if [ ! -r "$configured" ]; then
     grep -q '^ *rc_vqp, \\$' "$m" || die "could not add rc_vqp to the MD tests in $m"
     touch "$configured"
 fi
-ucp_patched="$dest/.rc_vqp-gtest-ucp"
-if [ ! -r "$ucp_patched" ]; then
-    # A tree configured before the UCP tests were run here gets the edit too;
-    # its UCP test objects are rebuilt (the tree does not track header
-    # dependencies).
-    cd "$dest" || die "cannot enter $dest"
-    h=test/gtest/ucp/ucp_test.h
+# The UCP test cases get an rcvqp instantiation (UCX_TLS=rc_vqp), and the
+# sockaddr ones an rcvqp_tcp one ("rc_vqp,tcp": their fixture needs tcp, or
+# an IPoIB or RoCE netdev, for the connection manager). Also in a tree built
+# before: the edited files' objects are rebuilt (the tree does not track
+# header dependencies).
+cd "$dest" || die "cannot enter $dest"
+h=test/gtest/ucp/ucp_test.h
+if ! grep -q 'rcvqp' "$h"; then
     perl -0pi -e 's/(UCP_INSTANTIATE_TEST_CASE_TLS\(_test_case, tcp, +"tcp"\))\n/$1 \\\n    UCP_INSTANTIATE_TEST_CASE_TLS(_test_case, rcvqp, "rc_vqp")\n/' "$h"
     perl -0pi -e 's/(UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE\(_test_case, tcp, \\\n +"tcp"\))\n/$1 \\\n    UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE(_test_case, rcvqp, "rc_vqp")\n/' "$h"
     [ "$(grep -c '_test_case, rcvqp, "rc_vqp")$' "$h")" -eq 2 ] ||
         die "could not add the rcvqp instantiations to $h"
     rm -f test/gtest/ucp/*.o test/gtest/gtest "$stamp"
-    touch "$ucp_patched"
+fi
+sa=test/gtest/ucp/test_ucp_sockaddr.cc
+if ! grep -q 'rcvqp_tcp' "$sa"; then
+    perl -0pi -e 's/(UCP_INSTANTIATE_TEST_CASE_TLS\(_test_case, dc_no_ud_ud_x, "dc_mlx5,mm"\) \\\n)/$1        UCP_INSTANTIATE_TEST_CASE_TLS(_test_case, rcvqp_tcp, "rc_vqp,tcp") \\\n/' "$sa"
+    perl -0pi -e 's/(UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE\(_test_case, tcp, "tcp"\) \\\n)/$1    UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE(_test_case, rcvqp_tcp, "rc_vqp,tcp") \\\n/' "$sa"
+    [ "$(grep -c 'rcvqp_tcp, "rc_vqp,tcp") \\$' "$sa")" -eq 2 ] ||
+        die "could not add the rcvqp_tcp instantiations to $sa"
+    rm -f test/gtest/ucp/*sockaddr*.o test/gtest/gtest "$stamp"
 fi
 if [ ! -r "$stamp" ]; then
     cd "$dest" || die "cannot enter $dest"
@@ -125,5 +134,6 @@ log "running the rc_vqp tests (logs: $dest/gtest-*.log)"
 run all timeout 1200 ./gtest "--gtest_filter=*rc_vqp*:-$big:rcvqp/*" "$@"
 run big UCX_RC_VQP_NUM_QPS=1 timeout 600 ./gtest "--gtest_filter=$big" "$@"
 run ucp timeout 2400 ./gtest "--gtest_filter=rcvqp/*:-*sockaddr*" "$@"
+run ucp-sockaddr timeout 1200 ./gtest "--gtest_filter=rcvqp_tcp/*" "$@"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
