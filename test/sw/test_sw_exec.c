@@ -119,47 +119,49 @@ static void check_exec_mode(const char *exec, uint32_t doorbell, uint32_t idle)
     unsetenv("VQP_SW_EXEC");
 }
 
+/* Each value of @a values in environment variable @a var fails the open
+ * with UCS_ERR_INVALID_PARAM and the log line @a fmt names (with the value);
+ * the variable is unset afterwards. */
+static void check_bad_env(const char *var, const char *const *values,
+                          unsigned count, const char *fmt)
+{
+    vqp_sw_dev_t *dev;
+    char line[128];
+    unsigned i;
+
+    for (i = 0; i < count; ++i) {
+        setenv(var, values[i], 1);
+        dev = NULL;
+        assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev),
+                         UCS_ERR_INVALID_PARAM);
+        assert_null(dev);
+        snprintf(line, sizeof(line), fmt, values[i]);
+        assert_true(sw_test_log_has(line));
+    }
+    unsetenv(var);
+}
+
 /* VQP_SW_EXEC at open: auto (the default, also empty), progress or
  * doorbell; VQP_SW_IDLE_US: 100..1000000. Anything else fails the open
  * with a log line. */
 static void test_env(void **state)
 {
-    static const char *bad[]    = {"sometimes", "Doorbell", "progress ", "1",
-                                   "Auto"};
-    static const char *bad_us[] = {"99", "1000001", "1ms", "-5", " "};
+    static const char *const bad[] = {"sometimes", "Doorbell", "progress ", "1",
+                                      "Auto"};
+    static const char *const bad_us[] = {"99", "1000001", "1ms", "-5", " "};
     vqp_sw_dev_t *dev;
-    char line[128];
-    unsigned i;
 
     check_exec_mode(NULL, 0, 1);
     check_exec_mode("", 0, 1);
     check_exec_mode("auto", 0, 1);
     check_exec_mode("progress", 0, 0);
     check_exec_mode("doorbell", 1, 0);
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
-        setenv("VQP_SW_EXEC", bad[i], 1);
-        dev = NULL;
-        assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev),
-                         UCS_ERR_INVALID_PARAM);
-        assert_null(dev);
-        snprintf(line, sizeof(line),
-                 "invalid VQP_SW_EXEC '%s' (auto, progress or doorbell)",
-                 bad[i]);
-        assert_true(sw_test_log_has(line));
-    }
-    unsetenv("VQP_SW_EXEC");
-    for (i = 0; i < sizeof(bad_us) / sizeof(bad_us[0]); ++i) {
-        setenv("VQP_SW_IDLE_US", bad_us[i], 1);
-        dev = NULL;
-        assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev),
-                         UCS_ERR_INVALID_PARAM);
-        assert_null(dev);
-        snprintf(line, sizeof(line),
-                 "invalid VQP_SW_IDLE_US '%s' (100..1000000 microseconds)",
-                 bad_us[i]);
-        assert_true(sw_test_log_has(line));
-    }
+    check_bad_env("VQP_SW_EXEC", bad, sizeof(bad) / sizeof(bad[0]),
+                  "invalid VQP_SW_EXEC '%s' (auto, progress or doorbell)");
+    check_bad_env("VQP_SW_IDLE_US", bad_us, sizeof(bad_us) / sizeof(bad_us[0]),
+                  "invalid VQP_SW_IDLE_US '%s' (100..1000000 microseconds)");
     /* Only the idle executor reads it. */
+    setenv("VQP_SW_IDLE_US", "1ms", 1);
     setenv("VQP_SW_EXEC", "progress", 1);
     assert_int_equal(vqp_sw_dev_open("vqp_sw0", &dev), UCS_OK);
     vqp_sw_dev_close(dev);
