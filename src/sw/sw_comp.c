@@ -25,7 +25,7 @@ static void vqp_sw_cq_overflow(vqp_sw_cq_t *cq)
               "index %u in dbrec[0] (%u entries); CQ in error, its QPs to ERR",
               dev->name, cq->index, cq->pi, be32toh(cq->dbrec[0]) & 0xffffff,
               cq->cqe_cnt);
-    cq->overflow = true;
+    __atomic_store_n(&cq->overflow, true, __ATOMIC_RELAXED);
     for (i = 0; i < dev->n_qps; ++i) {
         if ((dev->qp_list[i]->send_cq == cq) ||
             (dev->qp_list[i]->recv_cq == cq)) {

@@ -306,6 +306,7 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
         free(dev);
         return UCS_ERR_IO_ERROR;
     }
+    status = UCS_ERR_IO_ERROR; /* for the failures below, until the thread */
     if (ftruncate(fd, (off_t)dev->seg_size) != 0) {
         ucs_error("vqp_sw: ftruncate(%s, %zu) failed: %m", dev->name,
                   dev->seg_size);
@@ -388,12 +389,6 @@ err_life:
     if (dev->life_tid != 0) {
         pthread_mutex_unlock(&dev->shm->life);
     }
-    munmap(dev->shm, dev->seg_size);
-    shm_unlink(dev->name);
-    free(dev);
-    return status;
-
-
 err_unmap:
     munmap(dev->shm, dev->seg_size);
 err_unlink:
@@ -402,7 +397,7 @@ err_unlink:
     }
     shm_unlink(dev->name);
     free(dev);
-    return UCS_ERR_IO_ERROR;
+    return status;
 }
 
 /* This thread is inside the engine (of any device), and the devices that

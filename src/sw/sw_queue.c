@@ -129,14 +129,12 @@ ucs_status_t vqp_sw_cq_destroy(vqp_sw_cq_t *cq)
     return VQP_SW_LOCKED(vqp_sw_cq_destroy_locked(cq));
 }
 
-static ucs_status_t vqp_sw_cq_status_locked(const vqp_sw_cq_t *cq)
-{
-    return cq->overflow ? UCS_ERR_BUFFER_TOO_SMALL : UCS_OK;
-}
-
 ucs_status_t vqp_sw_cq_status(const vqp_sw_cq_t *cq)
 {
-    return VQP_SW_LOCKED(vqp_sw_cq_status_locked(cq));
+    /* Set by the engine, maybe in another thread: one flag, no lock. */
+    return __atomic_load_n(&cq->overflow, __ATOMIC_RELAXED)
+               ? UCS_ERR_BUFFER_TOO_SMALL
+               : UCS_OK;
 }
 
 static ucs_status_t vqp_sw_srq_create_locked(vqp_sw_dev_t *dev, uint32_t max_wr,
@@ -382,35 +380,13 @@ err_free:
     return UCS_ERR_NO_MEMORY;
 }
 
-static ucs_status_t vqp_sw_qp_create_locked(vqp_sw_dev_t *dev,
-                                            const vqp_sw_qp_init_attr_t *attr,
-                                            vqp_sw_qp_t **qp_p,
-                                            struct mlx5dv_qp *dv,
-                                            uint32_t *qpn_p)
-{
-    return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_RC, qp_p, dv, qpn_p);
-}
-
 ucs_status_t vqp_sw_qp_create(vqp_sw_dev_t *dev,
                               const vqp_sw_qp_init_attr_t *attr,
                               vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
                               uint32_t *qpn_p)
 {
-    return VQP_SW_LOCKED(vqp_sw_qp_create_locked(dev, attr, qp_p, dv, qpn_p));
-}
-
-static ucs_status_t
-vqp_sw_ud_qp_create_locked(vqp_sw_dev_t *dev, const vqp_sw_qp_init_attr_t *attr,
-                           vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
-                           uint32_t *qpn_p)
-{
-    if (attr->srq != NULL) {
-        ucs_error("vqp_sw %s: ud_qp_create: a UD QP on an SRQ is not "
-                  "supported by the software device (own RQ only)",
-                  dev->name);
-        return UCS_ERR_UNSUPPORTED;
-    }
-    return vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_UD, qp_p, dv, qpn_p);
+    return VQP_SW_LOCKED(
+        vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_RC, qp_p, dv, qpn_p));
 }
 
 ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
@@ -418,8 +394,14 @@ ucs_status_t vqp_sw_ud_qp_create(vqp_sw_dev_t *dev,
                                  vqp_sw_qp_t **qp_p, struct mlx5dv_qp *dv,
                                  uint32_t *qpn_p)
 {
+    if (attr->srq != NULL) {
+        ucs_error("vqp_sw %s: ud_qp_create: a UD QP on an SRQ is not "
+                  "supported by the software device (own RQ only)",
+                  dev->name);
+        return UCS_ERR_UNSUPPORTED;
+    }
     return VQP_SW_LOCKED(
-        vqp_sw_ud_qp_create_locked(dev, attr, qp_p, dv, qpn_p));
+        vqp_sw_qp_create_type(dev, attr, VQP_SW_QPT_UD, qp_p, dv, qpn_p));
 }
 
 static ucs_status_t vqp_sw_qp_destroy_locked(vqp_sw_qp_t *qp)
