@@ -79,35 +79,44 @@ enum {
     VQP_FRAG_F_NO_OP = 1 << 1  /* cover NOP or hole filler: op is UINT32_MAX */
 };
 
-/* Cache-line aligned: a post touches the send queue's line (tx) and the next
- * one (fragment ring, round robin, device and CQ share), a completion the
- * same two; the rest is cold. */
+/* Three cache lines, aligned: a post touches the send queue's line (tx) and
+ * the next one (fragment ring, round robin, device and CQ share), a
+ * completion the same two; the third is cold. Three, not four: in an array
+ * of QPs a stride of 4 lines would put every QP's hot lines into a quarter
+ * of the L1's sets, where with a hundred QPs they evict each other. */
 typedef struct vqp_pqp {
     vqp_mlx5_txwq_t tx;
-    vqp_frag_t *frags; /* ring of posted WQEs in posting order */
+    /* Ring of posted WQEs in posting order; entry n at byte
+     * (n & frag_mask) << frag_shift of frags (vqp_pqp_frag). */
+    vqp_frag_t *frags;
     uint32_t frag_head;
     uint32_t frag_tail;
     uint32_t frag_mask;
+    /* log2 of the bytes between entries: one record, or a row of
+     * vqp->data_frags */
+    uint32_t frag_shift;
     /* Entries a post may fill: the ring's size while alive, 0 once dead, so
      * one comparison tells both. */
     uint32_t frag_limit;
+    uint32_t qpn;
     struct vqp_pqp *rr_next; /* the data QP after it in round-robin order */
     uint8_t alive;
     uint8_t role;       /* vqp_qp_role_t */
     ucs_status_t error; /* why it died */
     uint8_t dev;        /* index into the virtual CQ's devices */
-    uint16_t index;
+    uint32_t slot_base; /* its receive slots in vqp->slots */
     vqp_t *vqp;
     struct vqp_cq_dev *cdev; /* its device's share of the virtual CQ */
+    /* Cold: receives, device objects. */
     vqp_mlx5_rxwq_t rx;
-    uint32_t rx_cap; /* receives the core keeps posted (0: none) */
-    uint32_t slot_base;
+    uint32_t rx_cap;    /* receives the core keeps posted (0: none) */
     uint32_t cqe_need;  /* receive CQEs reserved in its device's CQ */
     uint64_t *rx_wr_id; /* user receives: wr_id per RQ slot */
     vqp_srq_t *srq;     /* the send QP's receives come from it, or NULL */
     vqp_dev_qp_t *dev_qp;
-    uint32_t qpn;
 } UCS_V_ALIGNED(64) vqp_pqp_t;
+
+_Static_assert(sizeof(vqp_pqp_t) == 3 * 64, "vqp_pqp_t: three cache lines");
 
 /* An operation: one cache line, written once by the post and read by its
  * fragments' completions and the report. What only some operations need is
@@ -182,9 +191,18 @@ struct vqp {
     int dirty; /* on the CQ's list of QPs to advance */
     vqp_stats_t stats;
 
-    vqp_pqp_t *qps;    /* data QPs, then the extra QP if any */
-    unsigned num_pqps; /* all physical QPs */
-    unsigned alive;    /* data QPs alive */
+    vqp_pqp_t *qps; /* data QPs, then the extra QP if any */
+    /* The fragment rings of the data QPs other than the send QP,
+     * interleaved: round robin keeps their counters close, so one
+     * operation's records share cache lines and pages instead of one line
+     * (and one page) per QP, each a ring's length apart, where they would
+     * also contend for the same cache sets. Rows are a power of two of
+     * records, so an entry's place is a shift. NULL when fewer than two. */
+    vqp_frag_t *data_frags;
+    uint32_t data_frag_mask;
+    uint32_t data_frag_shift; /* log2 of a row's bytes */
+    unsigned num_pqps;        /* all physical QPs */
+    unsigned alive;           /* data QPs alive */
     vqp_lb_t lb;
     ucs_status_t fatal; /* set when no data QP survives */
 
@@ -252,6 +270,14 @@ struct vqp_srq {
 };
 
 extern vqp_pqp_t *const vqp_qpn_none[VQP_QPN_LOW_SIZE];
+
+/* Entry @a n (a ring counter) of @a pqp's fragment ring. */
+static UCS_F_ALWAYS_INLINE vqp_frag_t *vqp_pqp_frag(const vqp_pqp_t *pqp,
+                                                    uint32_t n)
+{
+    return (vqp_frag_t *)((char *)pqp->frags +
+                          ((size_t)(n & pqp->frag_mask) << pqp->frag_shift));
+}
 
 typedef struct vqp_cq_dev {
     vqp_dev_t *dev;

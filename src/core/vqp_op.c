@@ -219,7 +219,7 @@ static UCS_F_ALWAYS_INLINE void
 vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t opn, uint8_t kind, uint32_t idx,
                        int wqe, int seq_valid, int credit_held)
 {
-    vqp_frag_t *frag = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    vqp_frag_t *frag = vqp_pqp_frag(pqp, pqp->frag_tail++);
 
     if (!credit_held) {
         --pqp->cdev->credits;
@@ -423,7 +423,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
     }
     /* Tracked as a NOP of no operation so its CQE is accounted. */
     --pqp->cdev->credits;
-    frag           = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    frag           = vqp_pqp_frag(pqp, pqp->frag_tail++);
     *frag          = *f;
     frag->op       = UINT32_MAX;
     frag->flags    = VQP_FRAG_F_NO_OP;
@@ -633,7 +633,7 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
         return 0;
     }
     --pqp->cdev->credits;
-    frag           = &pqp->frags[pqp->frag_tail++ & pqp->frag_mask];
+    frag           = vqp_pqp_frag(pqp, pqp->frag_tail++);
     frag->op       = UINT32_MAX;
     frag->idx      = 0;
     frag->kind     = VQP_FRAG_NOP;
@@ -1065,7 +1065,7 @@ static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
     }
     vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
     while (pqp->frag_head != pqp->frag_tail) {
-        f = &pqp->frags[pqp->frag_head++ & pqp->frag_mask];
+        f = vqp_pqp_frag(pqp, pqp->frag_head++);
         ++pqp->cdev->credits;
         if (f->wqe == wqe_counter) {
             vqp_frag_done(vqp, f, status);
@@ -1088,7 +1088,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
     vqp_frag_t *f;
 
     while (head != pqp->frag_tail) {
-        f = &pqp->frags[head++ & pqp->frag_mask];
+        f = vqp_pqp_frag(pqp, head++);
         if (ucs_likely(f->flags == 0)) {
             --VQP_OP(vqp, f->op)->remaining;
         } else if (!(f->flags & VQP_FRAG_F_NO_OP)) {

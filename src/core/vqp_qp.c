@@ -115,6 +115,46 @@ static uint32_t vqp_qp_max_frags(vqp_dev_t *dev)
     return ucs_rounddown_pow2(ucs_max(attr.max_qp_wr / 2, 1u));
 }
 
+/* The first data QP whose ring is in vqp->data_frags: SPRAY's first data QP
+ * is also the send QP, with a ring of its own sized for max_ops. */
+static unsigned vqp_data_frags_first(const vqp_t *vqp)
+{
+    return (vqp->send_qp == &vqp->qps[0]) ? 1 : 0;
+}
+
+/* One array for the fragment rings of the data QPs from
+ * vqp_data_frags_first() on: a row per ring entry, a column per QP (rows
+ * rounded up to a power of two). Each ring takes max_outstanding entries,
+ * as far as every data QP's device allows. */
+static ucs_status_t vqp_data_frags_alloc(vqp_t *vqp, const vqp_params_t *params)
+{
+    unsigned first = vqp_data_frags_first(vqp);
+    unsigned count = vqp->num_qps - first;
+    uint32_t frags = params->max_outstanding;
+    uint32_t row;
+    unsigned i;
+
+    if (count < 2) {
+        return UCS_OK; /* nothing to interleave */
+    }
+    row = ucs_roundup_pow2(count);
+    for (i = first; i < vqp->num_qps; ++i) {
+        frags = ucs_min(
+            frags, vqp_qp_max_frags(vqp->cq->devs[i % vqp->cq->num_devs].dev));
+    }
+    frags           = ucs_roundup_pow2(ucs_max(frags, (uint32_t)2));
+    vqp->data_frags = ucs_calloc((size_t)frags * row, sizeof(*vqp->data_frags),
+                                 "vqp_data_frags");
+    if (vqp->data_frags == NULL) {
+        ucs_error("vqp: out of memory for %u x %u fragment records", row,
+                  frags);
+        return UCS_ERR_NO_MEMORY;
+    }
+    vqp->data_frag_mask  = frags - 1;
+    vqp->data_frag_shift = ucs_ilog2(row * sizeof(*vqp->data_frags));
+    return UCS_OK;
+}
+
 static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
                                    unsigned i)
 {
@@ -126,13 +166,12 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
     uint32_t frags, rq;
     ucs_status_t status;
 
-    pqp->vqp   = vqp;
-    pqp->index = i;
-    pqp->dev   = (i < vqp->num_qps) ? (i % vqp->cq->num_devs) : 0;
-    pqp->role  = (i < vqp->num_qps)          ? VQP_ROLE_DATA
-                 : (vqp->lb == VQP_LB_SPRAY) ? VQP_ROLE_NOTIFY
-                                             : VQP_ROLE_SEND;
-    cd         = &vqp->cq->devs[pqp->dev];
+    pqp->vqp  = vqp;
+    pqp->dev  = (i < vqp->num_qps) ? (i % vqp->cq->num_devs) : 0;
+    pqp->role = (i < vqp->num_qps)          ? VQP_ROLE_DATA
+                : (vqp->lb == VQP_LB_SPRAY) ? VQP_ROLE_NOTIFY
+                                            : VQP_ROLE_SEND;
+    cd        = &vqp->cq->devs[pqp->dev];
 
     frags     = params->max_outstanding;
     rq        = 1;
@@ -159,9 +198,18 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
     /* The SQ holds twice the ring (vqp_pqp_create below): the send and
      * notify QPs, sized by max_ops, take what the device allows, and
      * operations beyond wait in the operation ring. */
-    frags      = ucs_min(frags, vqp_qp_max_frags(cd->dev));
-    pqp->frags = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
-                                "vqp_frags");
+    if ((vqp->data_frags != NULL) && (pqp->role == VQP_ROLE_DATA) &&
+        (pqp != vqp->send_qp)) {
+        /* Its column of the shared array (vqp_data_frags_alloc). */
+        pqp->frags      = vqp->data_frags + (i - vqp_data_frags_first(vqp));
+        pqp->frag_mask  = vqp->data_frag_mask;
+        pqp->frag_shift = vqp->data_frag_shift;
+    } else {
+        frags      = ucs_min(frags, vqp_qp_max_frags(cd->dev));
+        pqp->frags = vqp_ring_alloc(frags, sizeof(*pqp->frags), &pqp->frag_mask,
+                                    "vqp_frags");
+        pqp->frag_shift = ucs_ilog2(sizeof(*pqp->frags));
+    }
     pqp->frag_limit = pqp->frag_mask + 1;
     pqp->rr_next    = (i >= vqp->num_qps)       ? NULL
                       : (i + 1 == vqp->num_qps) ? &vqp->qps[0]
@@ -286,9 +334,13 @@ static void vqp_free(vqp_t *vqp)
         if (pqp->srq != NULL) {
             --pqp->srq->users;
         }
-        ucs_free(pqp->frags);
+        if ((pqp->frags != NULL) &&
+            (pqp->frag_shift == ucs_ilog2(sizeof(*pqp->frags)))) {
+            ucs_free(pqp->frags); /* its own ring */
+        }
         ucs_free(pqp->rx_wr_id);
     }
+    ucs_free(vqp->data_frags);
     for (i = 0; i < VQP_MAX_DEVS; ++i) {
         if (vqp->slot_mr[i] != NULL) {
             vqp_dev_mr_dereg(vqp->slot_mr[i]);
@@ -403,6 +455,10 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
                          : NULL;
 
     vqp->rr_qp = &vqp->qps[0];
+    status     = vqp_data_frags_alloc(vqp, params);
+    if (status != UCS_OK) {
+        goto err;
+    }
     for (i = 0; i < vqp->num_pqps; ++i) {
         status = vqp_pqp_create(vqp, params, i);
         if (status != UCS_OK) {

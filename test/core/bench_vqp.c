@@ -1050,8 +1050,13 @@ static void core_mem(const vqp_t *vqp, const vqp_params_t *p, core_mem_t *m)
         } else if ((vqp->lb == VQP_LB_DQPLB) && (vqp->num_qps > 1)) {
             rq = 2 * p->max_outstanding;
         }
-        m->pqps += (pqp->frag_mask + 1) * sizeof(vqp_frag_t) +
-                   ucs_roundup_pow2(rq) * sizeof(uint64_t);
+        if (pqp->frag_shift == ucs_ilog2(sizeof(vqp_frag_t))) { /* own ring */
+            m->pqps += (pqp->frag_mask + 1) * sizeof(vqp_frag_t);
+        }
+        m->pqps += ucs_roundup_pow2(rq) * sizeof(uint64_t);
+    }
+    if (vqp->data_frags != NULL) { /* the data QPs' rings, interleaved */
+        m->pqps += (size_t)(vqp->data_frag_mask + 1) << vqp->data_frag_shift;
     }
     m->replay = (vqp->replay_mask + 1) * sizeof(vqp_frag_t);
     /* send_acked (send_window bytes; win = 2 * send_window at creation),

@@ -9,6 +9,9 @@
 #include <config.h>
 
 #include "../../src/core/vqp_int.h"
+
+#include <ucs/arch/bitops.h>
+#include <ucs/sys/math.h>
 #include "../dev/test_dev_log.h"
 
 #include <sched.h>
@@ -231,6 +234,74 @@ static void test_write_4qp_dqplb(void **state)
 static void test_write_16qp_spray(void **state)
 {
     run_writes(16, VQP_LB_SPRAY);
+}
+
+/* The data QPs' fragment rings share one array, a column each (the send QP
+ * keeps its own ring): the layout, and rings that wrap many times with
+ * every QP at once (any record written into another QP's column loses a
+ * completion). */
+static void run_shared_frag_rings(unsigned num_qps, vqp_lb_t lb)
+{
+    const unsigned ops = 150, op_len = 7 * 4096 + 5;
+    vqp_params_t params = base_params(num_qps, lb);
+    unsigned first, count, i;
+    const vqp_pqp_t *pqp;
+    vqp_send_wr_t wr;
+    vqp_stats_t stats;
+    vqp_t *vqp;
+    pair_t p;
+
+    params.frag_size        = 4096;
+    params.stripe_threshold = 4096;
+    pair_create(&p, &params);
+    vqp   = p.a.vqp;
+    first = (vqp->send_qp == &vqp->qps[0]) ? 1 : 0; /* SPRAY: QP 0 sends */
+    count = num_qps - first;
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        pqp = &vqp->qps[i];
+        if ((count >= 2) && (i >= first) && (i < num_qps)) {
+            assert_ptr_equal(pqp->frags, vqp->data_frags + (i - first));
+            assert_int_equal(pqp->frag_mask, vqp->data_frag_mask);
+            assert_int_equal(
+                pqp->frag_shift,
+                ucs_ilog2(ucs_roundup_pow2(count) * sizeof(vqp_frag_t)));
+        } else {
+            assert_int_equal(pqp->frag_shift, ucs_ilog2(sizeof(vqp_frag_t)));
+            assert_true(
+                (vqp->data_frags == NULL) || (pqp->frags < vqp->data_frags) ||
+                (pqp->frags >=
+                 vqp->data_frags + ((vqp->data_frag_mask + 1)
+                                    << (vqp->data_frag_shift -
+                                        ucs_ilog2(sizeof(vqp_frag_t))))));
+        }
+    }
+    assert_true((count >= 2) == (vqp->data_frags != NULL));
+    if (count >= 2) {
+        assert_int_equal(vqp->data_frag_mask + 1, params.max_outstanding);
+    }
+
+    fill_pattern(p.a.buf, BUF_SIZE, num_qps * 7 + lb);
+    memset(p.b.buf, 0, BUF_SIZE);
+    for (i = 0; i < ops; ++i) {
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1000 + i, (uint64_t)i * op_len,
+                     (uint64_t)i * op_len, op_len);
+        assert_int_equal(vqp_post_send(vqp, &wr), UCS_OK);
+    }
+    pair_wait(&p, ops, 0);
+    check_in_order(&p.a, ops, 1000);
+    assert_memory_equal(p.a.buf, p.b.buf, (size_t)ops * op_len);
+    vqp_query_stats(vqp, &stats);
+    assert_int_equal(stats.frags_posted, ops * 8); /* 8 fragments each */
+    pair_destroy(&p);
+}
+
+static void test_shared_frag_rings(void **state)
+{
+    run_shared_frag_rings(2, VQP_LB_SPRAY); /* one data QP: own rings only */
+    run_shared_frag_rings(2, VQP_LB_DQPLB);
+    run_shared_frag_rings(3, VQP_LB_SPRAY);
+    run_shared_frag_rings(5, VQP_LB_DQPLB); /* rows of 8 records, 5 used */
+    run_shared_frag_rings(6, VQP_LB_SPRAY);
 }
 
 static void test_read_striped(void **state)
@@ -2313,6 +2384,7 @@ int main(void)
         cmocka_unit_test(test_write_1qp),
         cmocka_unit_test(test_write_4qp_dqplb),
         cmocka_unit_test(test_write_16qp_spray),
+        cmocka_unit_test(test_shared_frag_rings),
         cmocka_unit_test(test_read_striped),
         cmocka_unit_test(test_write_imm_dqplb),
         cmocka_unit_test(test_write_imm_spray),
