@@ -63,7 +63,10 @@ typedef enum vqp_qp_role {
  * its operation and its index there (vqp_op.c: vqp_frag_offset, _len, _seq),
  * so they are not stored. */
 typedef struct vqp_frag {
-    uint32_t op;  /* operation ring counter; UINT32_MAX: no operation */
+    /* Its operation's byte offset in vqp->ops (ring index x record size),
+     * so a completion reaches the record with one add; VQP_FRAG_NO_OP_OFF:
+     * no operation. */
+    uint32_t op_off;
     uint32_t idx; /* DATA: fragment index; FINAL: the operation's nfrags */
     uint16_t wqe; /* index of the WQE's first BB */
     /* The SQ's producer index after it: its consumer index once the WQE
@@ -74,9 +77,11 @@ typedef struct vqp_frag {
     uint16_t reserved;
 } vqp_frag_t;
 
+#define VQP_FRAG_NO_OP_OFF UINT32_MAX
+
 enum {
     VQP_FRAG_F_SEQ   = 1 << 0, /* carries a DQPLB sequence number */
-    VQP_FRAG_F_NO_OP = 1 << 1  /* cover NOP or hole filler: op is UINT32_MAX */
+    VQP_FRAG_F_NO_OP = 1 << 1  /* cover NOP or hole filler: no operation */
 };
 
 /* Three cache lines, aligned: a post touches the send queue's line (tx) and

@@ -15,6 +15,25 @@
 #define VQP_OP(_vqp, _n)     (&(_vqp)->ops[(_n) & (_vqp)->op_mask])
 #define VQP_OP_EXT(_vqp, _n) (&(_vqp)->op_ext[(_n) & (_vqp)->op_mask])
 
+/* Where a fragment record finds operation @a opn (vqp_frag_t.op_off). */
+static UCS_F_ALWAYS_INLINE uint32_t vqp_op_off(const vqp_t *vqp, uint32_t opn)
+{
+    return (opn & vqp->op_mask) * (uint32_t)sizeof(vqp_op_t);
+}
+
+/* The operation of fragment @a f (one that has one). */
+static UCS_F_ALWAYS_INLINE vqp_op_t *vqp_frag_op(const vqp_t *vqp,
+                                                 const vqp_frag_t *f)
+{
+    return (vqp_op_t *)((char *)vqp->ops + f->op_off);
+}
+
+/* The ring index of fragment @a f's operation, for VQP_OP and the posts. */
+static UCS_F_ALWAYS_INLINE uint32_t vqp_frag_opn(const vqp_frag_t *f)
+{
+    return f->op_off / (uint32_t)sizeof(vqp_op_t);
+}
+
 /* An operation's keys on device @a d (its QP's). */
 static UCS_F_ALWAYS_INLINE uint32_t vqp_op_lkey(const vqp_t *vqp,
                                                 const vqp_op_t *op, unsigned d)
@@ -36,7 +55,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_op_rkey(const vqp_t *vqp,
 static UCS_F_ALWAYS_INLINE uint32_t vqp_frag_seq(const vqp_t *vqp,
                                                  const vqp_frag_t *f)
 {
-    return (VQP_OP(vqp, f->op)->first_seq + f->idx) & VQP_DQPLB_SEQ_MASK;
+    return (vqp_frag_op(vqp, f)->first_seq + f->idx) & VQP_DQPLB_SEQ_MASK;
 }
 
 /* No CQ credit left for a WQE of @a pqp: its virtual QP waits on the CQ's
@@ -216,15 +235,15 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
 /* Remember a posted WQE in its QP's fragment ring (room was checked);
  * vqp_frag_push also counts it. */
 static UCS_F_ALWAYS_INLINE void
-vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t opn, uint8_t kind, uint32_t idx,
-                       int wqe, int seq_valid, int credit_held)
+vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
+                       uint32_t idx, int wqe, int seq_valid, int credit_held)
 {
     vqp_frag_t *frag = vqp_pqp_frag(pqp, pqp->frag_tail++);
 
     if (!credit_held) {
         --pqp->cdev->credits;
     }
-    *frag = (vqp_frag_t){.op       = opn,
+    *frag = (vqp_frag_t){.op_off   = op_off,
                          .idx      = idx,
                          .wqe      = (uint16_t)wqe,
                          .wqe_next = pqp->tx.pi,
@@ -232,11 +251,11 @@ vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t opn, uint8_t kind, uint32_t idx,
                          .flags    = seq_valid ? VQP_FRAG_F_SEQ : 0};
 }
 
-static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t opn,
+static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t op_off,
                                                 uint8_t kind, uint32_t idx,
                                                 int wqe, int seq_valid)
 {
-    vqp_frag_record_credit(pqp, opn, kind, idx, wqe, seq_valid, 0);
+    vqp_frag_record_credit(pqp, op_off, kind, idx, wqe, seq_valid, 0);
 }
 
 static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
@@ -244,7 +263,7 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
                                               uint32_t idx, int wqe,
                                               int seq_valid)
 {
-    vqp_frag_record(pqp, opn, kind, idx, wqe, seq_valid);
+    vqp_frag_record(pqp, vqp_op_off(vqp, opn), kind, idx, wqe, seq_valid);
     ++vqp->stats.frags_posted;
 }
 
@@ -255,7 +274,7 @@ static UCS_F_ALWAYS_INLINE void vqp_frag_push(vqp_t *vqp, vqp_pqp_t *pqp,
  * counted in the statistics (the caller does, once per operation). Returns
  * the mlx5 post's result. */
 static UCS_F_ALWAYS_INLINE int
-vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp, const vqp_op_t *op, uint32_t opn,
+vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp, const vqp_op_t *op, uint32_t op_off,
               unsigned opcode, int dqplb, uint32_t idx, uint64_t offset,
               uint32_t lkey, uint32_t rkey, uint32_t seq, int credit_held)
 {
@@ -274,7 +293,7 @@ vqp_post_data(vqp_t *vqp, vqp_pqp_t *pqp, const vqp_op_t *op, uint32_t opn,
         ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, raddr, rkey, flags);
     }
     if (ucs_likely(ret >= 0)) {
-        vqp_frag_record_credit(pqp, opn, VQP_FRAG_DATA, idx, ret, dqplb,
+        vqp_frag_record_credit(pqp, op_off, VQP_FRAG_DATA, idx, ret, dqplb,
                                credit_held);
     }
     return ret;
@@ -301,13 +320,14 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
     case VQP_FRAG_DATA:
         /* Replays only: cold. */
         if (op->opcode == VQP_OP_READ) {
-            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_READ, 0, idx,
-                                (uint64_t)idx << vqp->frag_shift, sg.lkey,
-                                vqp_op_rkey(vqp, op, d), seq, 0);
+            ret = vqp_post_data(vqp, pqp, op, vqp_op_off(vqp, opn), VQP_OP_READ,
+                                0, idx, (uint64_t)idx << vqp->frag_shift,
+                                sg.lkey, vqp_op_rkey(vqp, op, d), seq, 0);
         } else {
-            ret = vqp_post_data(vqp, pqp, op, opn, VQP_OP_WRITE, dqplb, idx,
-                                (uint64_t)idx << vqp->frag_shift, sg.lkey,
-                                vqp_op_rkey(vqp, op, d), seq, 0);
+            ret =
+                vqp_post_data(vqp, pqp, op, vqp_op_off(vqp, opn), VQP_OP_WRITE,
+                              dqplb, idx, (uint64_t)idx << vqp->frag_shift,
+                              sg.lkey, vqp_op_rkey(vqp, op, d), seq, 0);
         }
         if (ret < 0) {
             return (ucs_status_t)ret;
@@ -394,7 +414,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
     uint32_t seq = vqp_frag_seq(vqp, f);
     uint32_t imm = seq | VQP_DQPLB_ABORT |
                    ((f->kind == VQP_FRAG_FINAL) ? VQP_DQPLB_END : 0);
-    vqp_op_t *op   = VQP_OP(vqp, f->op);
+    vqp_op_t *op   = vqp_frag_op(vqp, f);
     vqp_pqp_t *pqp = NULL;
     vqp_frag_t *frag;
     unsigned i;
@@ -425,7 +445,7 @@ static void vqp_post_hole(vqp_t *vqp, const vqp_frag_t *f)
     --pqp->cdev->credits;
     frag           = vqp_pqp_frag(pqp, pqp->frag_tail++);
     *frag          = *f;
-    frag->op       = UINT32_MAX;
+    frag->op_off   = VQP_FRAG_NO_OP_OFF;
     frag->flags    = VQP_FRAG_F_NO_OP;
     frag->wqe      = (uint16_t)ret;
     frag->wqe_next = pqp->tx.pi;
@@ -500,6 +520,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
     uint32_t lkey      = op->lkey;
     uint32_t rkey      = op->rkey;
     vqp_pqp_t *next    = vqp->rr_qp; /* the cursor, in a register */
+    uint32_t op_off    = (uint32_t)((char *)op - (char *)vqp->ops);
     vqp_cq_dev_t *cdev = next->cdev;
     ucs_status_t status;
     vqp_pqp_t *pqp;
@@ -528,7 +549,7 @@ static UCS_F_ALWAYS_INLINE int vqp_post_striped(vqp_t *vqp, vqp_op_t *op,
             rkey = vqp_op_rkey(vqp, op, pqp->dev);
         }
         seq = dqplb ? vqp->send_seq : 0;
-        ret = vqp_post_data(vqp, pqp, op, opn, opcode, dqplb, posted, offset,
+        ret = vqp_post_data(vqp, pqp, op, op_off, opcode, dqplb, posted, offset,
                             lkey, rkey, seq, one_dev);
         if (ucs_unlikely(ret < 0)) {
             vqp_post_striped_stop(vqp, op, next, cdev, one_dev, first, posted,
@@ -634,7 +655,7 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
     }
     --pqp->cdev->credits;
     frag           = vqp_pqp_frag(pqp, pqp->frag_tail++);
-    frag->op       = UINT32_MAX;
+    frag->op_off   = VQP_FRAG_NO_OP_OFF;
     frag->idx      = 0;
     frag->kind     = VQP_FRAG_NOP;
     frag->flags    = VQP_FRAG_F_NO_OP;
@@ -836,7 +857,7 @@ static void vqp_dispatch(vqp_t *vqp)
     /* Replays first: they belong to older operations. */
     while (vqp->replay_head != vqp->replay_tail) {
         f  = &vqp->replay[vqp->replay_head & vqp->replay_mask];
-        op = VQP_OP(vqp, f->op);
+        op = vqp_frag_op(vqp, f);
         if (vqp->fatal != UCS_OK) {
             if (op->status == UCS_OK) {
                 op->status = vqp->fatal;
@@ -846,8 +867,8 @@ static void vqp_dispatch(vqp_t *vqp)
             pqp = (f->kind == VQP_FRAG_WHOLE)
                       ? vqp_pick_whole_qp(vqp, op, &dead)
                       : vqp_pick_data_qp(vqp);
-            if ((pqp == NULL) ||
-                (vqp_post_frag(vqp, pqp, f->op, f->kind, f->idx) != UCS_OK)) {
+            if ((pqp == NULL) || (vqp_post_frag(vqp, pqp, vqp_frag_opn(f),
+                                                f->kind, f->idx) != UCS_OK)) {
                 break;
             }
             ++vqp->stats.frags_replayed;
@@ -988,7 +1009,7 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
         /* Replays have nowhere to go: their operations fail now. */
         while (vqp->replay_head != vqp->replay_tail) {
             f  = &vqp->replay[vqp->replay_head++ & vqp->replay_mask];
-            op = VQP_OP(vqp, f->op);
+            op = vqp_frag_op(vqp, f);
             if (op->status == UCS_OK) {
                 op->status = status;
             }
@@ -1003,10 +1024,10 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
     vqp_op_t *op;
     int dqplb;
 
-    if (f->op == UINT32_MAX) {
+    if (f->op_off == VQP_FRAG_NO_OP_OFF) {
         return; /* a hole filler: no operation waits for it */
     }
-    op = VQP_OP(vqp, f->op);
+    op = vqp_frag_op(vqp, f);
     if (ucs_likely(status == UCS_OK)) {
         if (f->flags & VQP_FRAG_F_SEQ) {
             vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
@@ -1090,10 +1111,10 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_tx_cqe_ok(vqp_t *vqp, vqp_pqp_t *pqp,
     while (head != pqp->frag_tail) {
         f = vqp_pqp_frag(pqp, head++);
         if (ucs_likely(f->flags == 0)) {
-            --VQP_OP(vqp, f->op)->remaining;
+            --vqp_frag_op(vqp, f)->remaining;
         } else if (!(f->flags & VQP_FRAG_F_NO_OP)) {
             vqp_seq_acked(vqp, vqp_frag_seq(vqp, f));
-            --VQP_OP(vqp, f->op)->remaining;
+            --vqp_frag_op(vqp, f)->remaining;
         }
         if (f->wqe == wqe_counter) {
             pqp->tx.ci     = f->wqe_next;
