@@ -1349,44 +1349,40 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
-/* A whole unstriped WRITE / WRITE_IMM / READ on @a pqp, without the
- * generic switch. The caller checked room (vqp_pqp_has_room), so the WQE
- * builder does not again. Returns as vqp_dispatch_op. */
+/* A whole unstriped operation on @a pqp, without the generic switch: a
+ * WRITE / WRITE_IMM / READ, or when @a inl (a constant at every call: the
+ * WQE's size and layout then fold at compile time) an inline WRITE / SEND /
+ * SEND_IMM (vqp_inline_fast). The caller checked room (vqp_pqp_has_room),
+ * so the WQE builder does not again. Returns as vqp_dispatch_op. */
 static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
-                                                   vqp_op_t *op, uint32_t opn)
+                                                   vqp_op_t *op, uint32_t opn,
+                                                   int inl)
 {
     unsigned d        = pqp->dev;
     vqp_mlx5_sge_t sg = {op->laddr, (uint32_t)op->length,
                          vqp_op_lkey(vqp, op, d)};
     unsigned flags = ((op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0) |
-                     ((op->flags & VQP_SEND_INLINE) ? VQP_MLX5_INLINE : 0) |
-                     VQP_MLX5_HAS_ROOM;
+                     (inl ? VQP_MLX5_INLINE : 0) | VQP_MLX5_HAS_ROOM;
     int ret;
 
     if (ucs_unlikely(op->length > UINT32_MAX)) {
         /* Let the WQE builder refuse it with its message. */
         return vqp_dispatch_op(vqp, opn);
     }
-    switch (op->opcode) {
-    case VQP_OP_WRITE:
+    if (op->opcode == VQP_OP_WRITE) {
         ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, op->raddr,
                                   vqp_op_rkey(vqp, op, d), flags);
-        break;
-    case VQP_OP_READ:
+    } else if (inl && (op->opcode == VQP_OP_SEND)) {
+        ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
+    } else if (inl) { /* VQP_OP_SEND_IMM */
+        ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm), flags);
+    } else if (op->opcode == VQP_OP_READ) {
         ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, op->raddr,
                                  vqp_op_rkey(vqp, op, d), flags);
-        break;
-    case VQP_OP_SEND: /* inline only (vqp_inline_fast) */
-        ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
-        break;
-    case VQP_OP_SEND_IMM:
-        ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm), flags);
-        break;
-    default: /* VQP_OP_WRITE_IMM */
+    } else { /* VQP_OP_WRITE_IMM */
         ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, op->raddr,
                                       vqp_op_rkey(vqp, op, d), htobe32(op->imm),
                                       flags);
-        break;
     }
     if (ucs_unlikely(ret < 0)) {
         if (ret == UCS_ERR_NO_RESOURCE) {
@@ -1590,8 +1586,10 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
     } else {
         op->nfrags    = 1;
         op->remaining = 1;
-        if (ucs_likely(inl || vqp_pqp_has_room(vqp->send_qp))) {
-            vqp->op_disp += vqp_post_whole_rdma(vqp, vqp->send_qp, op, opn);
+        if (inl) {
+            vqp->op_disp += vqp_post_whole_rdma(vqp, vqp->send_qp, op, opn, 1);
+        } else if (ucs_likely(vqp_pqp_has_room(vqp->send_qp))) {
+            vqp->op_disp += vqp_post_whole_rdma(vqp, vqp->send_qp, op, opn, 0);
         } else {
             vqp->op_disp += vqp_dispatch_op(vqp, opn);
         }

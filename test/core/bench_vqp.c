@@ -73,7 +73,12 @@
 
 static const unsigned num_qps_list[] = {1, 16, 128, 1024};
 static const unsigned ops_list[]     = {1, 16, 256, 1024, 4096, 16384, 65536};
-static const unsigned frags_list[]   = {1, 16};
+/* Shapes of an operation: SHAPE_WHOLE is one below the stripe threshold,
+ * posted whole on the send QP (UCT's short and small zcopy operations take
+ * that path); 1 and 16 are striped into that many fragments over the data
+ * QPs. */
+#define SHAPE_WHOLE 0u
+static const unsigned frags_list[] = {SHAPE_WHOLE, 1, 16};
 
 /* ------------------------------------------------------------ options */
 
@@ -86,8 +91,9 @@ static struct {
     unsigned rounds;
     unsigned round_ops; /* operations per timed round at least */
     unsigned only[3];   /* --only N,K,F: one configuration (0: all) */
+    int only_whole;     /* --only N,K,w: the whole shape only */
     int cb; /* completions by callback, as the UCT transport takes them */
-} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 7, 16384, {0, 0, 0}, 0};
+} opt = {NULL, NULL, 0, 0, OP_BYTES_DEFAULT, 7, 16384, {0, 0, 0}, 0, 0};
 
 static FILE *out_file;
 
@@ -456,8 +462,11 @@ static uint32_t qp_cap(unsigned num_qps)
     return cap;
 }
 
+/* Operations of opt.op_bytes: striped into fragments of @a frag_size, or
+ * whole on the send QP when @a whole (the threshold above them). */
 static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
-                             uint64_t frag_size, vqp_comp_cb_t cb, void *arg)
+                             uint64_t frag_size, int whole, vqp_comp_cb_t cb,
+                             void *arg)
 {
     char addr_a[64 * 1024], addr_b[64 * 1024];
     vqp_params_t params;
@@ -468,7 +477,7 @@ static void core_pair_create(side_t *a, side_t *b, unsigned num_qps,
     params.num_qps          = num_qps;
     params.lb               = VQP_LB_DQPLB;
     params.frag_size        = frag_size;
-    params.stripe_threshold = frag_size;
+    params.stripe_threshold = whole ? 2 * frag_size : frag_size;
     params.max_outstanding  = qp_cap(num_qps);
     params.max_recvs        = MAX_RECVS;
     params.max_ops          = MAX_OPS;
@@ -633,10 +642,12 @@ static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
             die("out of memory");
         }
         for (i = 0; i < num_qps; ++i) {
-            q                 = &bare->qps[j][i];
-            init.send_cq      = bare->dev_cq[j];
-            init.recv_cq      = bare->dev_cq[j];
-            init.max_send_wr  = ucs_max(2 * cap, 64u);
+            q            = &bare->qps[j][i];
+            init.send_cq = bare->dev_cq[j];
+            init.recv_cq = bare->dev_cq[j];
+            /* QP 0 takes the whole shape's WQEs, as the core's send QP
+             * (its ring is max_ops, as large as the device allows). */
+            init.max_send_wr  = (i == 0) ? 2 * RING_MAX : ucs_max(2 * cap, 64u);
             init.max_send_sge = 1;
             init.max_recv_wr  = 1;
             init.max_recv_sge = 1;
@@ -649,7 +660,8 @@ static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
             if (vqp_mlx5_txwq_init(
                     &q->tx, &dv, caps.qpn,
                     ucs_min(caps.max_inline, (uint32_t)VQP_MLX5_MAX_INLINE),
-                    ucs_max(cap / 2, 1u), VQP_MLX5_DB_BF) != UCS_OK) {
+                    ucs_max(((i == 0) ? RING_MAX : cap) / 2, 1u),
+                    VQP_MLX5_DB_BF) != UCS_OK) {
                 die("bare SQ init");
             }
             if (j == 0) {
@@ -686,12 +698,14 @@ static void bare_destroy(bare_t *bare)
 }
 
 /* Post @a ops operations of @a wqes WQEs each as the core would place them
- * (fragment j at offset j * len), round robin over the QPs; then poll. */
+ * (fragment j at offset j * len), round robin over the QPs, or all on QP 0
+ * when @a one_qp (the core's whole operations on its send QP); then poll. */
 static void bare_cycle(bare_t *bare, side_t *a, side_t *b, unsigned ops,
-                       unsigned wqes, uint32_t len, phase_t *post,
+                       unsigned wqes, uint32_t len, int one_qp, phase_t *post,
                        phase_t *comp)
 {
-    uint32_t total = ops * wqes;
+    unsigned num_qps = one_qp ? 1 : bare->num_qps;
+    uint32_t total   = ops * wqes;
     vqp_mlx5_sge_t sge;
     struct mlx5_cqe64 *cqe;
     unsigned i, j, n, done, idle;
@@ -705,7 +719,7 @@ static void bare_cycle(bare_t *bare, side_t *a, side_t *b, unsigned ops,
     for (i = 0; i < ops; ++i) {
         for (j = 0; j < wqes; ++j) {
             q          = &bare->qps[0][bare->rr];
-            bare->rr   = (bare->rr + 1 == bare->num_qps) ? 0 : bare->rr + 1;
+            bare->rr   = (bare->rr + 1 >= num_qps) ? 0 : bare->rr + 1;
             sge.addr   = (uintptr_t)a->buf + (uint64_t)j * len;
             sge.length = len;
             ret        = vqp_mlx5_post_write(&q->tx, &sge, 1,
@@ -838,13 +852,15 @@ typedef struct bare_run {
     side_t *b;
     unsigned wqes;
     uint32_t len;
+    int one_qp;
 } bare_run_t;
 
 static void bare_cycle_fn(void *arg, unsigned ops, phase_t *post, phase_t *comp)
 {
     bare_run_t *r = arg;
 
-    bare_cycle(r->bare, r->a, r->b, ops, r->wqes, r->len, post, comp);
+    bare_cycle(r->bare, r->a, r->b, ops, r->wqes, r->len, r->one_qp, post,
+               comp);
 }
 
 static int feasible(unsigned num_qps, unsigned ops, unsigned frags)
@@ -852,6 +868,10 @@ static int feasible(unsigned num_qps, unsigned ops, unsigned frags)
     uint32_t cap  = qp_cap(num_qps);
     uint64_t wqes = (num_qps == 1) ? ops : (uint64_t)ops * frags;
 
+    if (frags == SHAPE_WHOLE) {
+        /* the send QP's ring (and bare QP 0's SQ) */
+        return ops <= RING_MAX;
+    }
     /* Every WQE of a cycle posted at once: one QP's ring, or an even share
      * of the data QPs' rings. */
     return (ops <= MAX_OPS) && ((wqes + num_qps - 1) / num_qps <= cap);
@@ -875,40 +895,48 @@ static void print_header(void)
 static void report(const config_t *cfg, const result_t *core,
                    const result_t *bare)
 {
-    char allocs[32];
+    const char *shape = (cfg->frags == SHAPE_WHOLE) ? "whole" : "striped";
+    char allocs[32], frags[16];
     double cs, bs;
+
+    snprintf(frags, sizeof(frags), "%u", cfg->frags);
+    if (cfg->frags == SHAPE_WHOLE) {
+        snprintf(frags, sizeof(frags), "whole");
+    }
 
     if (opt.insn) {
         cs = core->post_insn + core->comp_insn;
         bs = bare->post_insn + bare->comp_insn;
-        printf("%5u %5u %5u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f |"
+        printf("%5u %5u %5s %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f |"
                " %6.2f\n",
-               cfg->num_qps, cfg->ops, cfg->frags, core->wqes, core->post_insn,
+               cfg->num_qps, cfg->ops, frags, core->wqes, core->post_insn,
                core->comp_insn, cs, bare->post_insn, bare->comp_insn, bs,
                cs / bs);
         json("{\"bench\":\"core\",\"metric\":\"insn_per_op\",\"n\":%u,"
-             "\"ops\":%u,\"frags_per_op\":%u,\"wqes_per_op\":%u,"
+             "\"ops\":%u,\"shape\":\"%s\",\"frags_per_op\":%u,"
+             "\"wqes_per_op\":%u,"
              "\"op_bytes\":%u,\"core_post\":%.1f,\"core_comp\":%.1f,"
              "\"bare_post\":%.1f,\"bare_poll\":%.1f,\"ratio\":%.3f}",
-             cfg->num_qps, cfg->ops, cfg->frags, core->wqes, opt.op_bytes,
-             core->post_insn, core->comp_insn, bare->post_insn, bare->comp_insn,
-             cs / bs);
+             cfg->num_qps, cfg->ops, shape, cfg->frags, core->wqes,
+             opt.op_bytes, core->post_insn, core->comp_insn, bare->post_insn,
+             bare->comp_insn, cs / bs);
         return;
     }
     cs = core->post_ns + core->comp_ns;
     bs = bare->post_ns + bare->comp_ns;
     snprintf(allocs, sizeof(allocs), "%.3g", core->allocs);
-    printf("%5u %5u %5u %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %6.2f"
+    printf("%5u %5u %5s %6u | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %6.2f"
            " %9s\n",
-           cfg->num_qps, cfg->ops, cfg->frags, core->wqes, core->post_ns,
+           cfg->num_qps, cfg->ops, frags, core->wqes, core->post_ns,
            core->comp_ns, cs, bare->post_ns, bare->comp_ns, bs, cs / bs,
            BENCH_COUNT_ALLOCS ? allocs : "n/a");
     json("{\"bench\":\"core\",\"metric\":\"ns_per_op\",\"n\":%u,\"ops\":%u,"
-         "\"frags_per_op\":%u,\"wqes_per_op\":%u,\"op_bytes\":%u,"
+         "\"shape\":\"%s\",\"frags_per_op\":%u,\"wqes_per_op\":%u,"
+         "\"op_bytes\":%u,"
          "\"core_post\":%.2f,\"core_comp\":%.2f,\"bare_post\":%.2f,"
          "\"bare_poll\":%.2f,\"ratio\":%.3f,\"core_allocs_per_op\":%g,"
          "\"bare_allocs_per_op\":%g,\"allocs_counted\":%s}",
-         cfg->num_qps, cfg->ops, cfg->frags, core->wqes, opt.op_bytes,
+         cfg->num_qps, cfg->ops, shape, cfg->frags, core->wqes, opt.op_bytes,
          core->post_ns, core->comp_ns, bare->post_ns, bare->comp_ns, cs / bs,
          core->allocs, bare->allocs, BENCH_COUNT_ALLOCS ? "true" : "false");
 }
@@ -942,14 +970,17 @@ static void run_num_qps(unsigned num_qps)
     config_t cfg;
     double idle = 0;
     unsigned fi, ki;
+    int whole;
 
     memset(core, 0, sizeof(core));
     side_open(&a, opt.op_bytes);
     side_open(&b, opt.op_bytes);
 
     for (fi = 0; fi < ucs_static_array_size(frags_list); ++fi) {
-        core_pair_create(&a, &b, num_qps, opt.op_bytes / frags_list[fi],
-                         opt.cb ? core_comp_cb : NULL, &run);
+        whole = (frags_list[fi] == SHAPE_WHOLE);
+        core_pair_create(&a, &b, num_qps,
+                         whole ? opt.op_bytes : opt.op_bytes / frags_list[fi],
+                         whole, opt.cb ? core_comp_cb : NULL, &run);
         if ((fi == 0) && !opt.insn) {
             idle = idle_progress_ns(a.dev);
             json("{\"bench\":\"core\",\"metric\":\"idle_device_progress_"
@@ -973,6 +1004,7 @@ static void run_num_qps(unsigned num_qps)
                 (opt.insn && (ops_list[ki] != 1) && (ops_list[ki] != 256) &&
                  (ops_list[ki] != 4096)) ||
                 (opt.only[1] && (opt.only[1] != ops_list[ki])) ||
+                (opt.only_whole && (frags_list[fi] != SHAPE_WHOLE)) ||
                 (opt.only[2] && (opt.only[2] != frags_list[fi]))) {
                 continue;
             }
@@ -989,11 +1021,12 @@ static void run_num_qps(unsigned num_qps)
                 continue;
             }
             memset(&bare, 0, sizeof(bare));
-            brun.bare = &bq;
-            brun.a    = &a;
-            brun.b    = &b;
-            brun.wqes = core[fi][ki].wqes;
-            brun.len  = opt.op_bytes / brun.wqes;
+            brun.bare   = &bq;
+            brun.a      = &a;
+            brun.b      = &b;
+            brun.wqes   = core[fi][ki].wqes;
+            brun.len    = opt.op_bytes / brun.wqes;
+            brun.one_qp = (frags_list[fi] == SHAPE_WHOLE);
             measure(bare_cycle_fn, &brun, ops_list[ki], &bare);
             bare.wqes   = brun.wqes;
             cfg.num_qps = num_qps;
@@ -1154,6 +1187,7 @@ static void usage(void)
            "  --quick       fewer configurations and rounds\n"
            "  --op-bytes B  bytes per operation (default %u)\n"
            "  --only N,K,F  one configuration: QPs, operations, fragments\n"
+           "                (F = w: whole, below the stripe threshold)\n"
            "  --cb          completions by callback (as the UCT transport"
            " takes them),\n"
            "                not by vqp_cq_poll\n"
@@ -1178,6 +1212,7 @@ int main(int argc, char **argv)
     vqp_dev_attr_t attr;
     vqp_dev_t *dev;
     unsigned i;
+    char wchar;
     int c;
 
     while ((c = getopt_long(argc, argv, "o:qb:ic:n:kh", longopts, NULL)) !=
@@ -1204,9 +1239,12 @@ int main(int argc, char **argv)
             opt.cg_out = optarg;
             break;
         case 'n':
-            if (sscanf(optarg, "%u,%u,%u", &opt.only[0], &opt.only[1],
-                       &opt.only[2]) != 3) {
-                die("--only N,K,F (for example 16,256,1)");
+            if (sscanf(optarg, "%u,%u,w%c", &opt.only[0], &opt.only[1],
+                       &wchar) == 2) {
+                opt.only_whole = 1;
+            } else if (sscanf(optarg, "%u,%u,%u", &opt.only[0], &opt.only[1],
+                              &opt.only[2]) != 3) {
+                die("--only N,K,F (for example 16,256,1; F = w: whole)");
             }
             break;
         default:
