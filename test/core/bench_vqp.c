@@ -1179,6 +1179,19 @@ static void run_memory(void)
 
 /* ------------------------------------------------------------ main */
 
+/* F of --only: a fragment count, or "w" for the whole shape. */
+static int bench_parse_shape(const char *str, unsigned *frags, int *whole)
+{
+    char *end;
+
+    if (strcmp(str, "w") == 0) {
+        *whole = 1;
+        return 1;
+    }
+    *frags = (unsigned)strtoul(str, &end, 10);
+    return (*end == '\0') && (*frags != 0);
+}
+
 static void usage(void)
 {
     printf("usage: bench_vqp [--out FILE] [--quick] [--op-bytes B]"
@@ -1211,8 +1224,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     vqp_dev_attr_t attr;
     vqp_dev_t *dev;
+    char shape[16];
     unsigned i;
-    char wchar;
     int c;
 
     while ((c = getopt_long(argc, argv, "o:qb:ic:n:kh", longopts, NULL)) !=
@@ -1239,11 +1252,9 @@ int main(int argc, char **argv)
             opt.cg_out = optarg;
             break;
         case 'n':
-            if (sscanf(optarg, "%u,%u,w%c", &opt.only[0], &opt.only[1],
-                       &wchar) == 2) {
-                opt.only_whole = 1;
-            } else if (sscanf(optarg, "%u,%u,%u", &opt.only[0], &opt.only[1],
-                              &opt.only[2]) != 3) {
+            if ((sscanf(optarg, "%u,%u,%15s", &opt.only[0], &opt.only[1],
+                        shape) != 3) ||
+                !bench_parse_shape(shape, &opt.only[2], &opt.only_whole)) {
                 die("--only N,K,F (for example 16,256,1; F = w: whole)");
             }
             break;
