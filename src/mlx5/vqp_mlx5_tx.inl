@@ -128,6 +128,37 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_complete(vqp_mlx5_txwq_t *wq,
         wqe_counter + vqp_mlx5_ctrl_num_bb(vqp_mlx5_txwq_bb(wq, wqe_counter));
 }
 
+/* Two adjacent big-endian 32-bit fields of a WQE in one 8-byte store. The
+ * BlueFlame copy reads the WQE back in 8-byte words, and a load is served
+ * from the store buffer only when a single store covers it: otherwise it
+ * waits until the older stores reached the cache. */
+static UCS_F_ALWAYS_INLINE void
+vqp_mlx5_store_be32_pair(void *dst, uint32_t first, uint32_t second)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t word =
+        (uint64_t)htobe32(first) | ((uint64_t)htobe32(second) << 32);
+#else
+    uint64_t word = ((uint64_t)first << 32) | second;
+#endif
+
+    memcpy(dst, &word, sizeof(word));
+}
+
+/* The ctrl segment's second 8 bytes (signature and stream id 0, fm_ce_se,
+ * imm) as one word: composed in a register, so that the store of it is one
+ * 8-byte store (built in memory, it would be read back across smaller
+ * stores, the wait vqp_mlx5_store_be32_pair avoids). */
+static UCS_F_ALWAYS_INLINE uint64_t vqp_mlx5_ctrl_tail(uint8_t fm_ce_se,
+                                                       __be32 imm)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return ((uint64_t)fm_ce_se << 24) | ((uint64_t)imm << 32);
+#else
+    return ((uint64_t)fm_ce_se << 32) | imm;
+#endif
+}
+
 /* One BlueFlame chunk: 64 bytes as 8-byte stores, the largest a device
  * register accepts in order on every CPU we build for. */
 static UCS_F_ALWAYS_INLINE void vqp_mlx5_bf_copy_bb(char *dst, const char *src)
@@ -241,11 +272,10 @@ vqp_mlx5_txwq_set_data(vqp_mlx5_txwq_t *wq, void *seg,
         if (sge[i].length == 0) {
             continue;
         }
-        dseg             = seg;
-        dseg->byte_count = htobe32(sge[i].length);
-        dseg->lkey       = htobe32(sge[i].lkey);
-        dseg->addr       = htobe64(sge[i].addr);
-        seg              = vqp_mlx5_txwq_next_seg(wq, seg);
+        dseg = seg;
+        vqp_mlx5_store_be32_pair(&dseg->byte_count, sge[i].length, sge[i].lkey);
+        dseg->addr = htobe64(sge[i].addr);
+        seg        = vqp_mlx5_txwq_next_seg(wq, seg);
         ++ds;
     }
     return ds;
@@ -284,17 +314,20 @@ vqp_mlx5_txwq_finish(vqp_mlx5_txwq_t *wq, struct mlx5_wqe_ctrl_seg *ctrl,
                      unsigned flags)
 {
     uint16_t index = wq->pi;
+    uint64_t tail  = vqp_mlx5_ctrl_tail(fm_ce_se, imm);
 
-    ctrl->opmod_idx_opcode =
-        htobe32(((uint32_t)opmod << 24) | ((uint32_t)index << 8) | opcode);
-    ctrl->qpn_ds                = htobe32(wq->qpn_ds | ds);
-    ctrl->signature             = 0;
-    ctrl->dci_stream_channel_id = 0;
-    ctrl->fm_ce_se              = fm_ce_se;
-    ctrl->imm                   = imm;
+    vqp_mlx5_store_be32_pair(&ctrl->opmod_idx_opcode,
+                             ((uint32_t)opmod << 24) | ((uint32_t)index << 8) |
+                                 opcode,
+                             wq->qpn_ds | ds);
+    memcpy(&ctrl->signature, &tail, sizeof(tail));
 
     wq->last_pi = index;
     wq->pi += num_bb;
+    /* The next WQE's line, fetched while the QP is idle: with
+     * many QPs posted in turn it is no longer cached when this QP's turn
+     * comes again, and the BlueFlame copy would wait for it. */
+    __builtin_prefetch(vqp_mlx5_txwq_bb(wq, wq->pi), 1);
     if (!(flags & VQP_MLX5_MORE)) {
         vqp_mlx5_txwq_doorbell(
             wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb : 0);
@@ -371,11 +404,10 @@ vqp_mlx5_post(vqp_mlx5_txwq_t *wq, uint8_t opcode, const vqp_mlx5_sge_t *sge,
     ctrl     = vqp_mlx5_txwq_bb(wq, index);
     seg      = vqp_mlx5_txwq_next_seg(wq, ctrl);
     if (has_raddr) {
-        rseg           = seg;
-        rseg->raddr    = htobe64(raddr);
-        rseg->rkey     = htobe32(rkey);
-        rseg->reserved = 0;
-        seg            = vqp_mlx5_txwq_next_seg(wq, seg);
+        rseg        = seg;
+        rseg->raddr = htobe64(raddr);
+        vqp_mlx5_store_be32_pair(&rseg->rkey, rkey, 0); /* and reserved */
+        seg = vqp_mlx5_txwq_next_seg(wq, seg);
     }
     if (atomic) {
         aseg           = seg;
