@@ -504,18 +504,32 @@ static uint64_t uct_rc_vqp_cm_ns(double sec)
     return (uint64_t)(sec * 1e9);
 }
 
-static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface)
+/* Resends requests that are due and fails the connections past their
+ * deadline. A deadline counts only while the interface is progressed: a
+ * process that did not call progress for a while (descheduled, busy with
+ * other work) sent no request and read no answer then. And it only fails a
+ * connection when @a drained (this progress call read every datagram that
+ * had arrived): its answer may be among those still queued. */
+static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface, int drained)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
     uint64_t now        = uct_rc_vqp_cm_now();
     uct_rc_vqp_cm_conn_t *conn, *tmp;
     double interval;
+    uint64_t gap;
 
     ucs_list_for_each_safe(conn, tmp, &cm->connecting, list)
     {
+        gap = now - conn->last_check;
+        if (gap > cm->stall) {
+            ++cm->stats.stalls;
+            conn->deadline += gap;
+            conn->next_send = now;
+        }
+        conn->last_check = now;
         if (conn->ep->flags & UCT_RC_VQP_EP_FAILED) {
             uct_rc_vqp_cm_conn_unlist(conn); /* canceled by the user */
-        } else if ((int64_t)(now - conn->deadline) >= 0) {
+        } else if (drained && ((int64_t)(now - conn->deadline) >= 0)) {
             ++cm->stats.timeouts;
             ucs_diag("rc_vqp cm: ep %p: no answer from qpn 0x%x after %u"
                      " requests in %.1f s",
@@ -613,7 +627,7 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
         }
     }
     if (ucs_unlikely(!ucs_list_is_empty(&cm->connecting))) {
-        uct_rc_vqp_cm_timers(iface);
+        uct_rc_vqp_cm_timers(iface, count < UCT_RC_VQP_CM_POLL);
     }
     if ((kh_size(&cm->passive) != 0) && (cm->keepalive != 0) &&
         ((++cm->ka_iter % UCT_RC_VQP_CM_KA_SKIP) == 0)) {
@@ -674,9 +688,10 @@ ucs_status_t uct_rc_vqp_cm_connect(uct_rc_vqp_ep_t *ep,
         ep->conn = NULL;
         goto err_free;
     }
-    now             = uct_rc_vqp_cm_now();
-    conn->next_send = now + uct_rc_vqp_cm_ns(cm->retry_interval);
-    conn->deadline  = now + uct_rc_vqp_cm_ns(cm->timeout);
+    now              = uct_rc_vqp_cm_now();
+    conn->next_send  = now + uct_rc_vqp_cm_ns(cm->retry_interval);
+    conn->deadline   = now + uct_rc_vqp_cm_ns(cm->timeout);
+    conn->last_check = now;
     ucs_list_add_tail(&cm->connecting, &conn->list);
     conn->listed = 1;
     ucs_debug("rc_vqp cm: ep %p connecting to qpn 0x%x, request 0x%lx", ep, qpn,
@@ -774,6 +789,7 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
     cm->qkey           = UCT_RC_VQP_CM_QKEY;
     cm->timeout        = timeout;
     cm->retry_interval = ucs_min(0.05, timeout / 8);
+    cm->stall = uct_rc_vqp_cm_ns(ucs_min(UCT_RC_VQP_CM_BACKOFF, timeout / 4));
     cm->keepalive      = ((keepalive > 0) && (keepalive < 1e9))
                              ? uct_rc_vqp_cm_ns(keepalive)
                              : 0;
@@ -874,13 +890,14 @@ void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface)
     kh_foreach_value(&cm->passive, conn,
                      { uct_ep_destroy(&conn->ep->super.super); });
     ucs_debug("rc_vqp cm: %lu REQs sent, %lu received (%lu again), %lu REPs"
-              " (%lu late), %lu REJs, %lu DISCs, %lu timeouts, %lu dropped,"
-              " %lu keepalive probes, %lu passive endpoints released",
+              " (%lu late), %lu REJs, %lu DISCs, %lu timeouts (%lu deadlines"
+              " moved for stalls), %lu dropped, %lu keepalive probes, %lu"
+              " passive endpoints released",
               cm->stats.reqs_sent, cm->stats.reqs_received, cm->stats.dup_reqs,
               cm->stats.reps_received, cm->stats.dup_reps,
               cm->stats.rejects_received, cm->stats.discs_received,
-              cm->stats.timeouts, cm->stats.dropped, cm->stats.keepalives,
-              cm->stats.passive_expired);
+              cm->stats.timeouts, cm->stats.stalls, cm->stats.dropped,
+              cm->stats.keepalives, cm->stats.passive_expired);
     vqp_dev_qp_destroy(cm->dev_qp);
     vqp_dev_cq_destroy(cm->dev_cq);
     vqp_dev_mr_dereg(cm->mr);

@@ -43,6 +43,7 @@ typedef struct uct_rc_vqp_cm_conn {
     unsigned attempts;    /* REQs sent (active) */
     uint64_t next_send;   /* next REQ, ns (active, connecting) */
     uint64_t deadline;    /* give up, ns (active, connecting) */
+    uint64_t last_check;  /* the timers' last look at it, ns */
     ucs_list_link_t list; /* cm.connecting or cm.doomed */
     int listed;
 } uct_rc_vqp_cm_conn_t;
@@ -59,6 +60,7 @@ typedef struct uct_rc_vqp_cm_stats {
     uint64_t rejects_received;
     uint64_t dropped; /* malformed, wrong version, no room to answer */
     uint64_t timeouts;
+    uint64_t stalls;          /* connect deadlines moved for a process stall */
     uint64_t keepalives;      /* probes of idle passive endpoints */
     uint64_t passive_expired; /* passive endpoints whose peer was gone */
 } uct_rc_vqp_cm_stats_t;
@@ -82,6 +84,10 @@ typedef struct uct_rc_vqp_cm {
     uint64_t tx_done;
     double retry_interval; /* first REQ resend, doubling up to 1 s */
     double timeout;        /* connect attempt limit, seconds */
+    /* A gap between two progress calls longer than this is a stall of the
+     * process: no REQ went out and no answer was read in it, so it does not
+     * count against the peer (the connect deadline moves by the gap). */
+    uint64_t stall;
     /* Idle passive endpoints are probed every keepalive ns (0: never); the
      * clock is read once every UCT_RC_VQP_CM_KA_SKIP progress calls. */
     uint64_t keepalive;

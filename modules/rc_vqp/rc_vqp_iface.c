@@ -112,7 +112,9 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
     {"CONNECT_TIMEOUT", "30s",
      "How long an endpoint created from an interface address keeps asking\n"
      "the peer interface to connect (the request is resent with growing\n"
-     "intervals) before it fails with UCS_ERR_ENDPOINT_TIMEOUT.",
+     "intervals) before it fails with UCS_ERR_ENDPOINT_TIMEOUT. Time in which\n"
+     "the interface is not progressed (longer gaps than a quarter of this, at\n"
+     "most 1 s) does not count: no request is resent and no answer read then.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, connect_timeout),
      UCS_CONFIG_TYPE_TIME},
 

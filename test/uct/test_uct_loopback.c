@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CHECK(_cond, ...)                                                    \
     do {                                                                     \
@@ -50,6 +51,8 @@ typedef struct side {
 
 static uct_component_h component;
 static uct_md_h md;
+/* CONNECT_TIMEOUT of the interfaces open_side_ex opens (NULL: default) */
+static const char *connect_timeout_cfg;
 static uct_worker_h worker;
 static ucs_async_context_t *async;
 
@@ -93,6 +96,10 @@ static ucs_status_t open_side_ex(side_t *s, const char *cq_len,
     memset(s, 0, sizeof(*s));
     CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
     CHECK_OK(uct_config_modify(config, "NUM_QPS", "4"));
+    if (connect_timeout_cfg != NULL) {
+        CHECK_OK(
+            uct_config_modify(config, "CONNECT_TIMEOUT", connect_timeout_cfg));
+    }
     if (cq_len != NULL) {
         CHECK_OK(uct_config_modify(config, "CQ_LEN", cq_len));
         CHECK_OK(uct_config_modify(config, "RX_QUEUE_LEN", rx_len));
@@ -408,6 +415,51 @@ static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
            MANY_EPS);
 }
 
+/* A process that did not progress its interface for longer than
+ * CONNECT_TIMEOUT (descheduled, or busy with other work) was not asking its
+ * peer in that time: the endpoint must still connect once the interface is
+ * progressed again, to a peer that answers. (The first progress after such
+ * a stall used to fail it with UCS_ERR_ENDPOINT_TIMEOUT.) */
+static void stalled_connect(void)
+{
+    uct_ep_params_t ep_params = {0};
+    ucs_status_t st;
+    double deadline;
+    side_t c, d;
+    uct_ep_h ep;
+    int am0;
+
+    connect_timeout_cfg = "0.2s";
+    open_side(&c);
+    open_side(&d);
+    connect_timeout_cfg  = NULL;
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                           UCT_EP_PARAM_FIELD_DEV_ADDR |
+                           UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    ep_params.iface      = c.iface;
+    ep_params.dev_addr   = d.dev_addr;
+    ep_params.iface_addr = d.iface_addr;
+    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    usleep(600 * 1000); /* three connect timeouts without progress */
+    am0      = d.am_count;
+    deadline = now() + 20;
+    while ((st = uct_ep_am_short(ep, AM_ID, 7, "stal", 4)) ==
+           UCS_ERR_NO_RESOURCE) {
+        CHECK(now() < deadline, "stalled connect: am_short stuck");
+        uct_worker_progress(worker);
+    }
+    CHECK(st == UCS_OK,
+          "am_short after a 0.6 s stall with a connect timeout of 0.2 s: %s",
+          ucs_status_string(st));
+    wait_int(&d.am_count, am0 + 1, "stalled connect: AM");
+    CHECK(!memcmp(d.am_data + 8, "stal", 4), "stalled connect: AM payload");
+    uct_ep_destroy(ep);
+    close_side(&c);
+    close_side(&d);
+    printf("ok - an endpoint connects after its interface was not progressed"
+           " for three connect timeouts\n");
+}
+
 int main(void)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
@@ -496,6 +548,7 @@ int main(void)
     free(addr_b);
 
     many_endpoints(&b, lbuf, lmemh, rbuf, rkey.rkey);
+    stalled_connect();
 
     uct_rkey_release(component, &rkey);
     free(rkey_buf);
@@ -509,6 +562,6 @@ int main(void)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("7 passed, 0 failed\n");
+    printf("8 passed, 0 failed\n");
     return 0;
 }
