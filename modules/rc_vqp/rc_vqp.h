@@ -86,6 +86,10 @@ typedef struct uct_rc_vqp_iface {
     /* Endpoints with pending requests: resources come back silently when
      * unsignaled operations complete, so progress looks at these. */
     ucs_list_link_t pending_eps;
+    /* Endpoints owing their peer a credit grant that could not be posted
+     * (no room then): progress posts it, since the peer, out of credits,
+     * may send nothing that would give another chance. */
+    ucs_list_link_t grant_eps;
     ucs_mpool_t tx_mp;
     ucs_mpool_t rx_mp;
     uct_recv_desc_t release_desc;
@@ -116,7 +120,8 @@ enum {
     UCT_RC_VQP_EP_PASSIVE = 1u << 5,
     /* A request of its pending queue is being dispatched: a flush from it
      * does not wait for the queue (the request itself is its head). */
-    UCT_RC_VQP_EP_DISPATCH = 1u << 6
+    UCT_RC_VQP_EP_DISPATCH = 1u << 6,
+    UCT_RC_VQP_EP_GRANT    = 1u << 7 /* on the iface's grant_eps list */
 };
 
 typedef struct uct_rc_vqp_ep {
@@ -127,6 +132,7 @@ typedef struct uct_rc_vqp_ep {
     ucs_arbiter_group_t arb_group;
     ucs_list_link_t list;
     ucs_list_link_t pending_list;
+    ucs_list_link_t grant_list;
     uct_completion_t *cancel_comp; /* flush(CANCEL) waiting for the rest */
     unsigned flags;
     uct_rc_vqp_cm_conn_t *conn; /* connection manager's state, or NULL */
@@ -135,6 +141,9 @@ typedef struct uct_rc_vqp_ep {
 UCS_CLASS_DECLARE(uct_rc_vqp_ep_t, const uct_ep_params_t *);
 UCS_CLASS_DECLARE_NEW_FUNC(uct_rc_vqp_ep_t, uct_ep_t, const uct_ep_params_t *);
 UCS_CLASS_DECLARE_DELETE_FUNC(uct_rc_vqp_ep_t, uct_ep_t);
+
+/* Posts the credit grants that found no room when they were due. */
+void uct_rc_vqp_iface_grant_progress(uct_rc_vqp_iface_t *iface);
 
 /* Completion callback of every endpoint's virtual QP. */
 void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc);

@@ -87,6 +87,7 @@ static void uct_rc_vqp_ep_grant(uct_rc_vqp_ep_t *ep)
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
     unsigned credits = ucs_min(ep->fc_to_return, UCT_RC_VQP_IMM_CRED_MAX);
     vqp_send_wr_t wr = {0};
+    ucs_status_t status;
 
     if ((credits < ucs_max(iface->fc_wnd / 2, 1u)) ||
         !(ep->flags & UCT_RC_VQP_EP_CONNECTED)) {
@@ -95,9 +96,33 @@ static void uct_rc_vqp_ep_grant(uct_rc_vqp_ep_t *ep)
     wr.opcode = VQP_OP_SEND_IMM;
     wr.flags  = VQP_SEND_INLINE;
     wr.imm    = UCT_RC_VQP_IMM_GRANT | (credits << UCT_RC_VQP_IMM_CRED_SHIFT);
-    if (vqp_post_send(ep->vqp, &wr) == UCS_OK) {
+    status    = vqp_post_send(ep->vqp, &wr);
+    if (status == UCS_OK) {
         ep->fc_to_return -= credits;
-    } /* else: retried with the next message received */
+    } else if ((status == UCS_ERR_NO_RESOURCE) &&
+               !(ep->flags & UCT_RC_VQP_EP_GRANT)) {
+        /* No room now. The peer may be out of credits and send nothing
+         * more, so the next message received is no chance to come:
+         * progress tries again. */
+        ep->flags |= UCT_RC_VQP_EP_GRANT;
+        ucs_list_add_tail(&iface->grant_eps, &ep->grant_list);
+    }
+}
+
+void uct_rc_vqp_iface_grant_progress(uct_rc_vqp_iface_t *iface)
+{
+    ucs_list_link_t owed;
+    uct_rc_vqp_ep_t *ep;
+
+    /* Each once: one that finds no room again waits for the next call. */
+    ucs_list_head_init(&owed);
+    ucs_list_splice_tail(&owed, &iface->grant_eps);
+    ucs_list_head_init(&iface->grant_eps);
+    while (!ucs_list_is_empty(&owed)) {
+        ep = ucs_list_extract_head(&owed, uct_rc_vqp_ep_t, grant_list);
+        ep->flags &= ~UCT_RC_VQP_EP_GRANT;
+        uct_rc_vqp_ep_grant(ep);
+    }
 }
 
 static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
@@ -1011,6 +1036,9 @@ UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_ep_t)
     }
     if (self->flags & UCT_RC_VQP_EP_PENDING) {
         ucs_list_del(&self->pending_list);
+    }
+    if (self->flags & UCT_RC_VQP_EP_GRANT) {
+        ucs_list_del(&self->grant_list);
     }
     ucs_list_del(&self->list);
 }

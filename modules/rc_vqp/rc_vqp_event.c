@@ -44,6 +44,7 @@ ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events)
         return UCS_ERR_INVALID_PARAM;
     }
     if (!ucs_list_is_empty(&iface->pending_eps) ||
+        !ucs_list_is_empty(&iface->grant_eps) ||
         !ucs_arbiter_is_empty(&iface->arbiter) ||
         !ucs_list_is_empty(&cm->connecting) ||
         !ucs_list_is_empty(&cm->doomed)) {

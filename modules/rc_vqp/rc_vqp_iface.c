@@ -427,6 +427,9 @@ static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
     if (ucs_unlikely(iface->cancel_waiting != 0)) {
         uct_rc_vqp_iface_cancel_progress(iface);
     }
+    if (ucs_unlikely(!ucs_list_is_empty(&iface->grant_eps))) {
+        uct_rc_vqp_iface_grant_progress(iface);
+    }
     if (!ucs_list_is_empty(&iface->pending_eps)) {
         uct_rc_vqp_iface_schedule_pending(iface);
     }
@@ -611,6 +614,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->release_desc.cb  = uct_rc_vqp_release_desc;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->pending_eps);
+    ucs_list_head_init(&self->grant_eps);
     ucs_arbiter_init(&self->arbiter);
 
     vqp_cq_params_default(&cq_params);

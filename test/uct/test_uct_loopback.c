@@ -51,8 +51,9 @@ typedef struct side {
 
 static uct_component_h component;
 static uct_md_h md;
-/* CONNECT_TIMEOUT of the interfaces open_side_ex opens (NULL: default) */
-static const char *connect_timeout_cfg;
+/* Settings of the interfaces open_side_ex opens: NULL, or names and values
+ * in turn, ending with NULL */
+static const char *const *side_cfg;
 static uct_worker_h worker;
 static ucs_async_context_t *async;
 
@@ -92,13 +93,13 @@ static ucs_status_t open_side_ex(side_t *s, const char *cq_len,
     uct_iface_params_t params = {0};
     uct_iface_config_t *config;
     ucs_status_t status;
+    unsigned i;
 
     memset(s, 0, sizeof(*s));
     CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
     CHECK_OK(uct_config_modify(config, "NUM_QPS", "4"));
-    if (connect_timeout_cfg != NULL) {
-        CHECK_OK(
-            uct_config_modify(config, "CONNECT_TIMEOUT", connect_timeout_cfg));
+    for (i = 0; (side_cfg != NULL) && (side_cfg[i] != NULL); i += 2) {
+        CHECK_OK(uct_config_modify(config, side_cfg[i], side_cfg[i + 1]));
     }
     if (cq_len != NULL) {
         CHECK_OK(uct_config_modify(config, "CQ_LEN", cq_len));
@@ -422,17 +423,18 @@ static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
  * a stall used to fail it with UCS_ERR_ENDPOINT_TIMEOUT.) */
 static void stalled_connect(void)
 {
-    uct_ep_params_t ep_params = {0};
+    static const char *const cfg[] = {"CONNECT_TIMEOUT", "0.2s", NULL};
+    uct_ep_params_t ep_params      = {0};
     ucs_status_t st;
     double deadline;
     side_t c, d;
     uct_ep_h ep;
     int am0;
 
-    connect_timeout_cfg = "0.2s";
+    side_cfg = cfg;
     open_side(&c);
     open_side(&d);
-    connect_timeout_cfg  = NULL;
+    side_cfg             = NULL;
     ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
                            UCT_EP_PARAM_FIELD_DEV_ADDR |
                            UCT_EP_PARAM_FIELD_IFACE_ADDR;
@@ -458,6 +460,107 @@ static void stalled_connect(void)
     close_side(&d);
     printf("ok - an endpoint connects after its interface was not progressed"
            " for three connect timeouts\n");
+}
+
+/* Flow control: the receiver returns credits in a grant once half the
+ * window is owed. A grant that finds no room (here the AM handler fills the
+ * receiver's operation ring just before it) must still go out once there is
+ * room: the sender, out of credits, sends nothing more that would give the
+ * receiver another chance. */
+#define GRANT_WND     "8"
+#define GRANT_CREDITS 4 /* the window less the 4 kept for grants */
+
+static struct {
+    uct_ep_h back; /* receiver -> sender */
+    char *buf;
+    uct_mem_h memh;
+    uint64_t raddr;
+    uct_rkey_t rkey;
+    int ams;
+    int puts;
+} grant;
+
+static ucs_status_t grant_am_cb(void *arg, void *data, size_t length,
+                                unsigned flags)
+{
+    uct_iov_t iov = {
+        .buffer = grant.buf, .length = 64, .memh = grant.memh, .count = 1};
+    ucs_status_t st;
+
+    if (++grant.ams == GRANT_CREDITS) { /* the grant is due right after */
+        while (((st = uct_ep_put_zcopy(grant.back, &iov, 1, grant.raddr,
+                                       grant.rkey, NULL)) == UCS_OK) ||
+               (st == UCS_INPROGRESS)) {
+            CHECK(++grant.puts < 100000, "grant: the ring never filled");
+        }
+        CHECK(st == UCS_ERR_NO_RESOURCE, "grant: put_zcopy %s",
+              ucs_status_string(st));
+    }
+    return UCS_OK;
+}
+
+static void grant_without_room(char *lbuf, uct_mem_h lmemh, char *rbuf,
+                               uct_rkey_t rkey)
+{
+    static const char *const cfg[] = {"FC_WND_SIZE", GRANT_WND, "TX_QUEUE_LEN",
+                                      "16", NULL};
+    uct_ep_params_t ep_params      = {0};
+    void *addr_c, *addr_d;
+    ucs_status_t st;
+    double deadline;
+    uct_ep_h ep;
+    side_t c, d;
+    int i;
+
+    side_cfg = cfg;
+    open_side(&c);
+    open_side(&d);
+    side_cfg = NULL;
+    CHECK_OK(uct_iface_set_am_handler(d.iface, AM_ID, grant_am_cb, NULL, 0));
+    /* Endpoint to endpoint: the receiver's endpoint, which owes the grant,
+     * is the one its AM handler fills. */
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
+    ep_params.iface      = c.iface;
+    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    ep_params.iface = d.iface;
+    CHECK_OK(uct_ep_create(&ep_params, &grant.back));
+    addr_c = calloc(1, c.attr.ep_addr_len);
+    addr_d = calloc(1, d.attr.ep_addr_len);
+    CHECK_OK(uct_ep_get_address(ep, addr_c));
+    CHECK_OK(uct_ep_get_address(grant.back, addr_d));
+    CHECK_OK(uct_ep_connect_to_ep(ep, d.dev_addr, addr_d));
+    CHECK_OK(uct_ep_connect_to_ep(grant.back, c.dev_addr, addr_c));
+    grant.ams   = 0;
+    grant.puts  = 0;
+    grant.buf   = lbuf;
+    grant.memh  = lmemh;
+    grant.raddr = (uintptr_t)rbuf;
+    grant.rkey  = rkey;
+
+    /* The credits, then one more AM, which needs the grant. */
+    deadline = now() + 10;
+    for (i = 0; i <= GRANT_CREDITS; ++i) {
+        while ((st = uct_ep_am_short(ep, AM_ID, i, "gr", 2)) ==
+               UCS_ERR_NO_RESOURCE) {
+            CHECK(now() < deadline,
+                  "AM %d of a window of %s stuck: no credit grant came back"
+                  " (%d AMs received, %d puts filled the receiver's ring)",
+                  i, GRANT_WND, grant.ams, grant.puts);
+            uct_worker_progress(worker);
+        }
+        CHECK_OK(st);
+    }
+    wait_int(&grant.ams, GRANT_CREDITS + 1, "grant: the last AM");
+    CHECK(grant.puts > 0, "grant: no put filled the ring");
+    uct_ep_destroy(ep);
+    uct_ep_destroy(grant.back);
+    free(addr_c);
+    free(addr_d);
+    close_side(&c);
+    close_side(&d);
+    printf("ok - a credit grant that found no room goes out later (%d puts"
+           " filled the ring)\n",
+           grant.puts);
 }
 
 int main(void)
@@ -549,6 +652,7 @@ int main(void)
 
     many_endpoints(&b, lbuf, lmemh, rbuf, rkey.rkey);
     stalled_connect();
+    grant_without_room(lbuf, lmemh, rbuf, rkey.rkey);
 
     uct_rkey_release(component, &rkey);
     free(rkey_buf);
@@ -562,6 +666,6 @@ int main(void)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("8 passed, 0 failed\n");
+    printf("9 passed, 0 failed\n");
     return 0;
 }
