@@ -17,7 +17,8 @@
 #   UCX_RC_VQP_*         passed to every rank
 #   MPI_LANES            features that must be carried natively by
 #                        MPI_UCX_TL (default "tag rma amo")
-#   MPI_TIMEOUT          seconds per mpirun (default 180)
+#   MPI_TIMEOUT          seconds per mpirun (default 180, 480 in sanitizer
+#                        builds)
 set -u
 : "${top_builddir:?run through make (make check-mpi)}"
 # The heavy two-process tests (stock perftest, UCP, MPI) take turns under
@@ -42,7 +43,12 @@ devs=${MPI_NET_DEVICES-$dflt_dev}
 # The software device is offered next to real HCAs only when asked for.
 [ "$devs" != vqp_sw0 ] || export UCX_RC_VQP_SW=${UCX_RC_VQP_SW:-y}
 lanes=${MPI_LANES:-tag rma amo}
-timeout=${MPI_TIMEOUT:-180}
+# Sanitizer builds run every rank several times slower: 32 ranks on 2 cores
+# took 26-183 s per mpirun there (4 of 45 runs over 100 s, with other tests
+# running), the default build 10-30 s.
+dflt_timeout=180
+[ "${ENABLE_ASAN:-no}" != yes ] || dflt_timeout=480
+timeout=${MPI_TIMEOUT:-$dflt_timeout}
 pre="$module"
 if [ "${ENABLE_ASAN:-no}" = yes ]; then
     # The sanitizer runtimes must come first when injected into binaries
