@@ -146,6 +146,22 @@ static void close_side(side_t *s)
     free(s->iface_addr);
 }
 
+/* An endpoint of @a from to the interface address of @a to. */
+static uct_ep_h ep_to_iface(const side_t *from, const side_t *to)
+{
+    uct_ep_params_t ep_params = {0};
+    uct_ep_h ep;
+
+    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                           UCT_EP_PARAM_FIELD_DEV_ADDR |
+                           UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    ep_params.iface      = from->iface;
+    ep_params.dev_addr   = to->dev_addr;
+    ep_params.iface_addr = to->iface_addr;
+    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    return ep;
+}
+
 static void wait_int(const int *v, int want, const char *what)
 {
     double deadline = now() + 20;
@@ -279,8 +295,7 @@ static void am_alignment(side_t *dst_default)
     static const size_t aligns[][2] = {{256, 0}, {256, 3}, {4096, 100}};
     uint64_t both                   = UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT |
                     UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
-    uct_ep_params_t ep_params = {0};
-    char payload[16]          = "aligned payload";
+    char payload[16] = "aligned payload";
     uintptr_t ptr;
     side_t s, d;
     uct_ep_h ep;
@@ -304,13 +319,7 @@ static void am_alignment(side_t *dst_default)
         open_side(&s);
         CHECK_OK(
             open_side_ex(&d, NULL, NULL, both, aligns[i][0], aligns[i][1]));
-        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                               UCT_EP_PARAM_FIELD_DEV_ADDR |
-                               UCT_EP_PARAM_FIELD_IFACE_ADDR;
-        ep_params.iface      = s.iface;
-        ep_params.dev_addr   = d.dev_addr;
-        ep_params.iface_addr = d.iface_addr;
-        CHECK_OK(uct_ep_create(&ep_params, &ep));
+        ep = ep_to_iface(&s, &d);
         while (uct_ep_am_bcopy(ep, AM_ID, pack_cb, payload, 0) ==
                UCS_ERR_NO_RESOURCE) {
             uct_worker_progress(worker);
@@ -424,7 +433,6 @@ static void many_endpoints(side_t *dst, char *lbuf, uct_mem_h lmemh, char *rbuf,
 static void stalled_connect(void)
 {
     static const char *const cfg[] = {"CONNECT_TIMEOUT", "0.2s", NULL};
-    uct_ep_params_t ep_params      = {0};
     ucs_status_t st;
     double deadline;
     side_t c, d;
@@ -434,14 +442,8 @@ static void stalled_connect(void)
     side_cfg = cfg;
     open_side(&c);
     open_side(&d);
-    side_cfg             = NULL;
-    ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                           UCT_EP_PARAM_FIELD_DEV_ADDR |
-                           UCT_EP_PARAM_FIELD_IFACE_ADDR;
-    ep_params.iface      = c.iface;
-    ep_params.dev_addr   = d.dev_addr;
-    ep_params.iface_addr = d.iface_addr;
-    CHECK_OK(uct_ep_create(&ep_params, &ep));
+    side_cfg = NULL;
+    ep       = ep_to_iface(&c, &d);
     usleep(600 * 1000); /* three connect timeouts without progress */
     am0      = d.am_count;
     deadline = now() + 20;
