@@ -22,9 +22,10 @@
  * runs on every poll). */
 #pragma GCC visibility push(hidden)
 
-/* Segment versions: 2 UD QPs; 3 armed; 4 record seq; 5 16 Ki QPs. */
+/* Segment versions: 2 UD QPs; 3 armed; 4 record seq; 5 16 Ki QPs;
+ * 7 staging ring. */
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     6u
+#define VQP_SW_VERSION     7u
 #define VQP_SW_MAX_QP      16384u
 #define VQP_SW_QP_BITS     14u
 #define VQP_SW_MAX_CQ      512u
@@ -55,9 +56,18 @@
 #define VQP_SW_NAME_MAX 96
 /* SEND/SEND_IMM payloads up to this size travel inside the inbound record
  * and the receiver's engine scatters them (no syscall); larger ones are
- * placed by the requester with process_vm_writev. Multiple of 8. */
+ * staged (below). Multiple of 8. */
 #define VQP_SW_SMALL_SEND  256u
 #define VQP_SW_SMALL_TRACK 8u /* unplaced small SENDs tracked per QP */
+/* Larger SEND/SEND_IMM payloads up to this size are staged: the requester
+ * copies them into the target's staging ring and the receiver's engine
+ * scatters them, as small ones. Two copies of up to 16 KiB cost less than
+ * one process_vm_writev (a syscall that pins the target's pages); larger
+ * payloads, and those that find the ring full, are placed by the requester
+ * with process_vm_writev. */
+#define VQP_SW_STAGE_SEND  16384u
+#define VQP_SW_STAGE_SIZE  (2u << 20) /* bytes of a device's staging ring */
+#define VQP_SW_STAGE_ALIGN 64u        /* payloads start on a cache line */
 /* Puts a mutex's robust-list links at the start of a cache line. */
 #define VQP_SW_LIFE_PAD (64 - offsetof(pthread_mutex_t, __data.__list))
 #define VQP_SW_SCAN_ERR (1ull << 32)
@@ -116,7 +126,8 @@ typedef struct vqp_sw_shm_srq {
 } vqp_sw_shm_srq_t;
 
 /* vqp_sw_shm_rec_t.flags */
-#define VQP_SW_REC_DATA 1u /* payload in data[]: the owner places it */
+#define VQP_SW_REC_DATA   1u /* payload in data[]: the owner places it */
+#define VQP_SW_REC_STAGED 2u /* payload in the staging ring (stage_end) */
 
 /* Responder completion, published by the requester for the owner. With
  * VQP_SW_REC_DATA it carries a small SEND's payload (byte_cnt bytes), which
@@ -136,7 +147,10 @@ typedef struct vqp_sw_shm_rec {
     uint16_t wqe_counter;
     uint8_t flags;
     uint8_t ud_hdr; /* UD: bits 31:24 of the CQE's flags_rqpn (GRH, SL) */
-    uint32_t pad;
+    /* VQP_SW_REC_STAGED: low 32 bits of the staging ring's head after the
+     * payload; the payload is the byte_cnt bytes at the aligned start
+     * before it (vqp_sw_stage_next). */
+    uint32_t stage_end;
     uint8_t data[VQP_SW_SMALL_SEND];
 } __attribute__((aligned(64))) vqp_sw_shm_rec_t;
 
@@ -167,13 +181,17 @@ typedef struct vqp_sw_shm {
      * seq), and producers read in_tail only when the ring looks full, so
      * each line stays with its writer between messages. */
     pthread_mutex_t lock __attribute__((aligned(64)));
-    uint64_t in_head; /* producers, under the lock */
+    uint64_t in_head;    /* producers, under the lock */
+    uint64_t stage_head; /* staging ring bytes taken: producers, locked */
     /* Owner sets it before sleeping on its event socket (vqp_sw_dev_arm);
      * the first producer that deposits work afterwards clears it and sends
      * one wakeup datagram. On the producers' line: they read it after
      * every deposit, the owner writes it only when going to sleep. */
     uint32_t armed;
     uint64_t in_tail __attribute__((aligned(64))); /* owner */
+    /* Owner: staging ring bytes placed and free again (in record order,
+     * which is the order producers took them in). */
+    uint64_t stage_tail;
     /* Owner, on every poll: a line of its own, so polling does not take
      * the in_tail line away from producers between messages. */
     uint64_t progress_calls __attribute__((aligned(64)));
@@ -182,6 +200,7 @@ typedef struct vqp_sw_shm {
      * remote_err. */
     uint32_t err_gen __attribute__((aligned(64)));
     vqp_sw_shm_rec_t in[VQP_SW_INBOUND] __attribute__((aligned(64)));
+    uint8_t stage[VQP_SW_STAGE_SIZE] __attribute__((aligned(64)));
     vqp_sw_shm_mr_t mr[VQP_SW_MAX_MR];
     vqp_sw_shm_qp_t qp[VQP_SW_MAX_QP];
     vqp_sw_shm_srq_t srq[VQP_SW_MAX_SRQ];
@@ -205,6 +224,7 @@ typedef struct vqp_sw_peer {
      * one (it only grows), so free ring slots are counted from it and the
      * owner's line is fetched only when the ring looks full. */
     uint64_t in_tail_seen;
+    uint64_t stage_tail_seen; /* the same for its staging ring */
 } vqp_sw_peer_t;
 
 typedef struct vqp_sw_fault {
@@ -602,7 +622,8 @@ void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
 void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
                          uint8_t syndrome, uint16_t wqe_counter,
                          uint32_t byte_cnt, uint32_t imm,
-                         const struct iovec *small, unsigned n_small);
+                         const struct iovec *data, unsigned n_data,
+                         uint64_t stage_end);
 
 /* sw_ud.c */
 /* Executes the UD WQE at sq_ci (ctrl checked, @a w->base linear). */

@@ -259,6 +259,7 @@ static vqp_sw_peer_t *vqp_sw_peer_open(vqp_sw_dev_t *dev,
     free_slot->life_unreliable = false;
     free_slot->refs            = 1;
     free_slot->in_tail_seen    = 0; /* a lower bound of any tail */
+    free_slot->stage_tail_seen = 0;
     return free_slot;
 }
 

@@ -293,6 +293,54 @@ unsigned vqp_sw_ring_room(vqp_sw_peer_t *peer, unsigned want)
     return (used > VQP_SW_INBOUND) ? 0 : VQP_SW_INBOUND - (unsigned)used;
 }
 
+/* The staging ring's head after a @a len-byte payload taken at @a head:
+ * payloads start aligned and never wrap (one that would starts at the
+ * ring's beginning; the gap is freed with it). */
+static uint64_t vqp_sw_stage_next(uint64_t head, uint64_t len)
+{
+    uint64_t alen = ucs_align_up_pow2(len, VQP_SW_STAGE_ALIGN);
+    uint64_t pos  = head & (VQP_SW_STAGE_SIZE - 1);
+
+    if (pos + alen > VQP_SW_STAGE_SIZE) {
+        head += VQP_SW_STAGE_SIZE - pos;
+    }
+    return head + alen;
+}
+
+/* True if @a peer's staging ring (its lock held) has room up to @a end:
+ * as vqp_sw_ring_room, its tail is read only when the last one seen says
+ * no. A tail past the head (a corrupt segment) gives no room. */
+static bool vqp_sw_stage_fits(vqp_sw_peer_t *peer, uint64_t end)
+{
+    if (end - peer->stage_tail_seen > VQP_SW_STAGE_SIZE) {
+        peer->stage_tail_seen =
+            __atomic_load_n(&peer->shm->stage_tail, __ATOMIC_ACQUIRE);
+    }
+    return end - peer->stage_tail_seen <= VQP_SW_STAGE_SIZE;
+}
+
+/* Where a SEND payload travels to the target (vqp_sw_payload_route): any
+ * other value is the staging ring's head after it. */
+#define VQP_SW_ROUTE_XFER   0u /* the requester's process_vm_writev */
+#define VQP_SW_ROUTE_RECORD 1u /* inside the record */
+
+/* The route of a @a len-byte payload with the staging ring taken up to
+ * @a head. */
+static uint64_t vqp_sw_payload_route(vqp_sw_peer_t *peer, uint64_t head,
+                                     uint64_t len)
+{
+    uint64_t end;
+
+    if (len <= VQP_SW_SMALL_SEND) {
+        return VQP_SW_ROUTE_RECORD;
+    }
+    if (len > VQP_SW_STAGE_SEND) {
+        return VQP_SW_ROUTE_XFER;
+    }
+    end = vqp_sw_stage_next(head, len);
+    return vqp_sw_stage_fits(peer, end) ? end : VQP_SW_ROUTE_XFER;
+}
+
 /* Forgets the small SENDs the target has placed (its ring tail passed
  * their records): with @a fresh its current tail, else the last one seen
  * (no access to the owner's line). */
@@ -374,27 +422,40 @@ void vqp_sw_resp_consume(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     ++srq->consumed;
 }
 
-/* Publishes a record. With @a small (a SEND of at most VQP_SW_SMALL_SEND
- * bytes, already checked) its payload, gathered from our memory, travels
- * in the record: the owner places it. */
+/* Publishes a record. With @a data (a SEND's payload, already checked) the
+ * payload, gathered from our memory, travels with the record and the owner
+ * places it: inside the record (at most VQP_SW_SMALL_SEND bytes), or with
+ * @a stage_end (vqp_sw_payload_route) in the staging ring. */
 void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
                          uint8_t syndrome, uint16_t wqe_counter,
                          uint32_t byte_cnt, uint32_t imm,
-                         const struct iovec *small, unsigned n_small)
+                         const struct iovec *data, unsigned n_data,
+                         uint64_t stage_end)
 {
     vqp_sw_shm_t *pshm    = qp->peer->shm;
     uint64_t pos          = pshm->in_head;
     vqp_sw_shm_rec_t *rec = &pshm->in[pos & (VQP_SW_INBOUND - 1)];
+    uint8_t *dst          = rec->data;
     size_t off            = 0;
     unsigned i;
 
-    rec->flags = 0;
-    if (small != NULL) {
-        for (i = 0; i < n_small; ++i) {
-            memcpy(rec->data + off, small[i].iov_base, small[i].iov_len);
-            off += small[i].iov_len;
-        }
+    rec->flags     = 0;
+    rec->stage_end = 0;
+    if (data != NULL) {
         rec->flags = VQP_SW_REC_DATA;
+        if (stage_end > VQP_SW_ROUTE_RECORD) {
+            dst =
+                pshm->stage +
+                ((stage_end - ucs_align_up_pow2(byte_cnt, VQP_SW_STAGE_ALIGN)) &
+                 (VQP_SW_STAGE_SIZE - 1));
+            pshm->stage_head = stage_end;
+            rec->stage_end   = (uint32_t)stage_end;
+            rec->flags       = VQP_SW_REC_STAGED;
+        }
+        for (i = 0; i < n_data; ++i) {
+            memcpy(dst + off, data[i].iov_base, data[i].iov_len);
+            off += data[i].iov_len;
+        }
     }
 
     rec->qp_index    = (uint16_t)(tqp->qpn & (VQP_SW_MAX_QP - 1));
@@ -428,7 +489,7 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     uint8_t cqe_op, rsynd = 0;
     const char *why = NULL;
     uint32_t cursor = 0;
-    uint64_t lo, hi;
+    uint64_t lo, hi, route;
     int err;
 
     if ((qp->peer == NULL) || qp->peer->dead) {
@@ -490,12 +551,13 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
             /* The receiver completes this WQE in error and enters ERROR. */
             vqp_sw_resp_consume(qp, tqp, wqe_counter);
             vqp_sw_resp_publish(qp, tqp, MLX5_CQE_RESP_ERR, rsynd, wqe_counter,
-                                0, 0, NULL, 0);
+                                0, 0, NULL, 0, 0);
             goto out;
         }
         vqp_sw_iov_box(riov, nr, &lo, &hi);
-        if (len <= VQP_SW_SMALL_SEND) {
-            /* Checked exactly as a large SEND; the payload rides in the
+        route = vqp_sw_payload_route(qp->peer, pshm->stage_head, len);
+        if (route != VQP_SW_ROUTE_XFER) {
+            /* Checked exactly as a large SEND; the payload travels with the
              * record and the owner places it before writing the CQE. No
              * syscall would notice a dead target: ask its life lock. */
             if (!vqp_sw_peer_alive(qp->peer, qp->dev->pid)) {
@@ -504,7 +566,7 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
             }
             vqp_sw_resp_consume(qp, tqp, wqe_counter);
             vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)len,
-                                imm, iov, n_iov);
+                                imm, iov, n_iov, route);
             vqp_sw_small_track(qp, lo, hi);
             status = VQP_SW_RESP_OK;
             goto out;
@@ -532,7 +594,7 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     }
     vqp_sw_resp_consume(qp, tqp, wqe_counter);
     vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)len, imm,
-                        NULL, 0);
+                        NULL, 0, 0);
     status = VQP_SW_RESP_OK;
 out:
     vqp_sw_unlock(pshm);
@@ -541,26 +603,25 @@ out:
 
 /*
  * Delivers a prefix of a run of SEND/SEND_IMM under one acquisition of the
- * target's lock with one transfer for all payloads larger than
- * VQP_SW_SMALL_SEND (smaller ones ride in their records). Each message
- * needs a receive WQE that takes it whole with valid keys and a free
- * record; the run stops before the first that lacks one (the ordinary path
- * then handles the RNR wait or reports the error), and before a large one
- * whose buffers may still receive an earlier small payload. Nothing is
+ * target's lock with one transfer for all payloads that neither fit their
+ * record nor go staged (vqp_sw_payload_route). Each message needs a receive
+ * WQE that takes it whole with valid keys and a free record; the run stops
+ * before the first that lacks one (the ordinary path then handles the RNR
+ * wait or reports the error), and before a transferred one whose buffers
+ * may still receive an earlier payload the owner places. Nothing is
  * consumed unless the transfer succeeded. Returns the messages delivered.
  */
 unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
 {
     struct iovec riov[VQP_SW_RUN_IOV], liov[VQP_SW_RUN_IOV];
     uint16_t wqe_counter[VQP_SW_RUN_MAX];
-    uint64_t lo[VQP_SW_RUN_MAX], hi[VQP_SW_RUN_MAX];
-    uint64_t run_lo = 0, run_hi = 0;
+    uint64_t lo[VQP_SW_RUN_MAX], hi[VQP_SW_RUN_MAX], route[VQP_SW_RUN_MAX];
+    uint64_t run_lo = 0, run_hi = 0, stage_head;
     const struct mlx5_wqe_data_seg *segs;
     unsigned n = 0, nr = 0, nl = 0, cnt, room, n_segs, i, first, lcnt;
     vqp_sw_shm_qp_t *tqp;
     vqp_sw_shm_t *pshm;
     uint32_t cursor = 0;
-    bool large;
 
     if ((qp->peer == NULL) || qp->peer->dead) {
         return 0;
@@ -571,7 +632,8 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
     if (tqp == NULL) {
         goto out;
     }
-    room = vqp_sw_ring_room(qp->peer, run->n);
+    room       = vqp_sw_ring_room(qp->peer, run->n);
+    stage_head = pshm->stage_head;
     while ((n < run->n) && (n < room) &&
            (nr + VQP_SW_MAX_SGE <= VQP_SW_RUN_IOV)) {
         if ((n > 0) && (tqp->srq_index != VQP_SW_NO_SRQ)) {
@@ -585,9 +647,9 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
             break;
         }
         vqp_sw_iov_box(riov + nr, cnt, &lo[n], &hi[n]);
-        large = run->ent[n].len > VQP_SW_SMALL_SEND;
-        if (large) {
-            /* Placed now: not where an earlier small payload will land. */
+        route[n] = vqp_sw_payload_route(qp->peer, stage_head, run->ent[n].len);
+        if (route[n] == VQP_SW_ROUTE_XFER) {
+            /* Placed now: not where an earlier payload will land. */
             if (vqp_sw_small_conflict(qp, lo[n], hi[n] - lo[n]) ||
                 vqp_sw_box_overlap(lo[n], hi[n], run_lo, run_hi)) {
                 break;
@@ -597,21 +659,26 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
             memcpy(liov + nl, run->liov + first, lcnt * sizeof(*liov));
             nl += lcnt;
             nr += cnt;
-        } else if (lo[n] < hi[n]) {
-            run_lo = (run_lo < run_hi) ? ucs_min(run_lo, lo[n]) : lo[n];
-            run_hi = ucs_max(run_hi, hi[n]);
+        } else {
+            if (route[n] != VQP_SW_ROUTE_RECORD) {
+                stage_head = route[n];
+            }
+            if (lo[n] < hi[n]) {
+                run_lo = (run_lo < run_hi) ? ucs_min(run_lo, lo[n]) : lo[n];
+                run_hi = ucs_max(run_hi, hi[n]);
+            }
         }
         ++n;
     }
-    /* Small payloads only: no syscall would notice a dead target, ask.
-     * Any failure: the ordinary path redoes the first WQE and reports it. */
+    /* Owner-placed payloads only: no syscall would notice a dead target,
+     * ask. Any failure: the ordinary path redoes the first WQE and reports
+     * it. */
     if ((n > 0) && ((nl == 0) ? !vqp_sw_peer_alive(qp->peer, qp->dev->pid)
                               : (vqp_sw_xfer(qp->peer->pid, true, liov, nl,
                                              riov, nr) != 0))) {
         n = 0;
     }
     for (i = 0; i < n; ++i) {
-        large = run->ent[i].len > VQP_SW_SMALL_SEND;
         vqp_sw_resp_consume(qp, tqp, wqe_counter[i]);
         vqp_sw_resp_publish(qp, tqp,
                             (run->ent[i].opcode == MLX5_OPCODE_SEND_IMM)
@@ -619,9 +686,11 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
                                 : MLX5_CQE_RESP_SEND,
                             0, wqe_counter[i], (uint32_t)run->ent[i].len,
                             run->ent[i].imm,
-                            large ? NULL : run->liov + run->ent[i].liov_first,
-                            run->ent[i].liov_cnt);
-        if (!large) {
+                            (route[i] == VQP_SW_ROUTE_XFER)
+                                ? NULL
+                                : run->liov + run->ent[i].liov_first,
+                            run->ent[i].liov_cnt, route[i]);
+        if (route[i] != VQP_SW_ROUTE_XFER) {
             vqp_sw_small_track(qp, lo[i], hi[i]);
         }
     }
@@ -630,12 +699,37 @@ out:
     return n;
 }
 
-/* Owner side: places a small SEND's payload from its record into the
- * receive WQE it consumed. The requester checked that WQE against our MR
- * table when it took it; check again here, where the memory is written,
- * in case software changed the posted WQE or deregistered its buffer.
- * Returns 0 or the responder's syndrome. */
-static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
+/* Owner side: the staged payload of @a rec, whose stage_end must lie
+ * within the ring's free-to-be bytes past *@a tail; NULL (logged) when the
+ * record does not describe one. Moves *@a tail past it. */
+static const uint8_t *vqp_sw_stage_take(vqp_sw_dev_t *dev,
+                                        const vqp_sw_shm_rec_t *rec,
+                                        uint64_t *tail)
+{
+    uint64_t alen = ucs_align_up_pow2(rec->byte_cnt, VQP_SW_STAGE_ALIGN);
+    uint64_t ahead, start;
+
+    ahead = (uint32_t)(rec->stage_end - (uint32_t)*tail);
+    start = *tail + ahead - alen;
+    if ((rec->byte_cnt > VQP_SW_STAGE_SEND) || (ahead > VQP_SW_STAGE_SIZE) ||
+        (ahead < alen) ||
+        ((start & (VQP_SW_STAGE_SIZE - 1)) + alen > VQP_SW_STAGE_SIZE)) {
+        ucs_error("vqp_sw %s: inbound record of QP 0x%x: staged %u bytes "
+                  "ending at %u do not follow the ring's tail %lu",
+                  dev->name, rec->qpn, rec->byte_cnt, rec->stage_end, *tail);
+        return NULL;
+    }
+    *tail += ahead;
+    return dev->shm->stage + (start & (VQP_SW_STAGE_SIZE - 1));
+}
+
+/* Owner side: places the payload @a src of a record (in it, or staged)
+ * into the receive WQE it consumed. The requester checked that WQE against
+ * our MR table when it took it; check again here, where the memory is
+ * written, in case software changed the posted WQE or deregistered its
+ * buffer. Returns 0 or the responder's syndrome. */
+static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec,
+                                 const uint8_t *src)
 {
     vqp_sw_dev_t *dev = qp->dev;
     const struct mlx5_wqe_data_seg *segs;
@@ -647,7 +741,10 @@ static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
     size_t off   = 0;
     uint8_t synd;
 
-    if (rec->byte_cnt > VQP_SW_SMALL_SEND) {
+    if (src == NULL) {
+        return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR; /* logged */
+    }
+    if ((rec->flags & VQP_SW_REC_DATA) && (rec->byte_cnt > VQP_SW_SMALL_SEND)) {
         ucs_error("vqp_sw %s: QP 0x%x: inbound record with %u payload bytes "
                   "(at most %u)",
                   dev->name, qp->qpn, rec->byte_cnt, VQP_SW_SMALL_SEND);
@@ -687,7 +784,7 @@ static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
         return synd;
     }
     for (i = 0; i < nr; ++i) {
-        memcpy(riov[i].iov_base, rec->data + off, riov[i].iov_len);
+        memcpy(riov[i].iov_base, src + off, riov[i].iov_len);
         off += riov[i].iov_len;
     }
     return 0;
@@ -696,9 +793,11 @@ static uint8_t vqp_sw_resp_place(vqp_sw_qp_t *qp, const vqp_sw_shm_rec_t *rec)
 /* Owner side: turn inbound records into this device's responder CQEs. */
 unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
 {
-    vqp_sw_shm_t *shm = dev->shm;
-    uint64_t tail     = shm->in_tail;
+    vqp_sw_shm_t *shm   = dev->shm;
+    uint64_t tail       = shm->in_tail;
+    uint64_t stage_tail = shm->stage_tail;
     const vqp_sw_shm_rec_t *rec;
+    const uint8_t *src;
     vqp_sw_qp_t *qp;
     unsigned n = 0;
     uint8_t synd;
@@ -710,6 +809,11 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
             (uint32_t)(tail + 1)) {
             break;
         }
+        /* Staged bytes are freed in record order, whatever becomes of the
+         * record. */
+        src = (rec->flags & VQP_SW_REC_STAGED)
+                  ? vqp_sw_stage_take(dev, rec, &stage_tail)
+                  : rec->data;
         /* Peers wrote the record: check the index before using it. */
         qp = (rec->qp_index < VQP_SW_MAX_QP) ? dev->qps[rec->qp_index] : NULL;
         if ((qp == NULL) || (qp->qpn != rec->qpn)) {
@@ -719,8 +823,8 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
             vqp_sw_cqe_err(qp, qp->recv_cq, true, rec->wqe_counter, 0,
                            rec->syndrome);
             vqp_sw_qp_set_error(qp);
-        } else if ((rec->flags & VQP_SW_REC_DATA) &&
-                   ((synd = vqp_sw_resp_place(qp, rec)) != 0)) {
+        } else if ((rec->flags & (VQP_SW_REC_DATA | VQP_SW_REC_STAGED)) &&
+                   ((synd = vqp_sw_resp_place(qp, rec, src)) != 0)) {
             /* Data in place before the CQE; else the receive fails. */
             vqp_sw_cqe_err(qp, qp->recv_cq, true, rec->wqe_counter, 0, synd);
             vqp_sw_qp_set_error(qp);
@@ -730,9 +834,12 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
         ++tail;
         ++n;
     }
-    /* Frees the slots for producers (no store when idle: peers read the
-     * line on every delivery). */
+    /* Frees the slots and staged bytes for producers (no store when idle:
+     * peers read the line on every delivery). */
     if (n > 0) {
+        if (stage_tail != shm->stage_tail) {
+            __atomic_store_n(&shm->stage_tail, stage_tail, __ATOMIC_RELEASE);
+        }
         __atomic_store_n(&shm->in_tail, tail, __ATOMIC_RELEASE);
     }
     return n;

@@ -194,7 +194,7 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
         why = NULL;
         vqp_sw_resp_consume(qp, tqp, wqe_counter);
         vqp_sw_resp_publish(qp, tqp, MLX5_CQE_RESP_ERR, synd, wqe_counter, 0, 0,
-                            NULL, 0);
+                            NULL, 0, 0);
         delivered = true;
         goto out;
     }
@@ -212,7 +212,7 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
         /* The datagram rides in the record; the target places it. */
         vqp_sw_resp_consume(qp, tqp, wqe_counter);
         vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)total,
-                            imm, liov, 1 + w->n_iov);
+                            imm, liov, 1 + w->n_iov, 0);
         delivered = true;
         goto out;
     }
@@ -229,7 +229,7 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
     } else {
         vqp_sw_resp_consume(qp, tqp, wqe_counter);
         vqp_sw_resp_publish(qp, tqp, cqe_op, 0, wqe_counter, (uint32_t)total,
-                            imm, NULL, 0);
+                            imm, NULL, 0, 0);
         delivered = true;
     }
 out:

@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define BUF     16384
+#define BUF     131072
 #define SENT    0xee /* receive buffers start with this byte */
 #define RQ_SGE  4
 #define SRQ_SGE 4
@@ -284,38 +284,177 @@ static void test_small_integrity(void **state)
     sm_fini(&m);
 }
 
-/* The payload of a small SEND is placed by the receiver's engine, so it is
- * not in the buffer before the receiver progresses; one byte more and the
- * requester places it. Both end byte-exact with one CQE each. */
+/* The payload of a small or staged SEND is placed by the receiver's
+ * engine, so it is not in the buffer before the receiver progresses; one
+ * byte more than VQP_SW_STAGE_SEND and the requester places it. All end
+ * byte-exact with one CQE each. */
 static void test_small_threshold(void **state)
 {
-    static const uint32_t sizes[] = {VQP_SW_SMALL_SEND, VQP_SW_SMALL_SEND + 1};
+    static const uint32_t sizes[] = {VQP_SW_SMALL_SEND, VQP_SW_SMALL_SEND + 1,
+                                     VQP_SW_STAGE_SEND, VQP_SW_STAGE_SEND + 1};
+    const uint32_t area           = 2 * VQP_SW_STAGE_SEND;
     struct mlx5_cqe64 cqe;
     uint16_t rwqe;
     unsigned i;
     sm_t m;
 
+    /* No idle executor: the receiver runs only when the test says. */
+    setenv("VQP_SW_EXEC", "progress", 1);
     assert_int_equal(sm_init(&m, false, 7), 0);
-    for (i = 0; i < 2; ++i) {
-        memset(m.buf[1], SENT, 1024);
+    unsetenv("VQP_SW_EXEC");
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+        memset(m.buf[1], SENT, area);
         fill(m.buf[0], sizes[i], i + 5);
-        rwqe = sm_recv1(&m, 0, 1024);
+        rwqe = sm_recv1(&m, 0, area);
         sm_send(&m, MLX5_OPCODE_SEND, 0, sizes[i], 0, false);
         /* Only the requester runs: its SEND completes (the receive WQE is
          * taken and the message accepted) either way. */
         assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
         assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
         assert_null(sw_test_cq_peek(&m.rcq[1]));
-        if (sizes[i] <= VQP_SW_SMALL_SEND) {
-            assert_true(all_sent(m.buf[1], 1024));
+        if (sizes[i] <= VQP_SW_STAGE_SEND) {
+            assert_true(all_sent(m.buf[1], area));
         } else {
             assert_memory_equal(m.buf[1], m.buf[0], sizes[i]);
         }
         assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
         check_resp(&cqe, MLX5_CQE_RESP_SEND, sizes[i], rwqe, 0, m.qp[0].qpn);
         assert_memory_equal(m.buf[1], m.buf[0], sizes[i]);
-        assert_true(all_sent(m.buf[1] + sizes[i], 1024 - sizes[i]));
+        assert_true(all_sent(m.buf[1] + sizes[i], area - sizes[i]));
     }
+    sm_fini(&m);
+}
+
+/* Staged SENDs of many sizes and alignments, gathered from three local
+ * segments and scattered over receive SGEs, through enough rounds that
+ * the staging ring wraps several times (payloads that would straddle its
+ * end start at its beginning): every byte lands, nothing past the
+ * message, CQEs in order; the ring's tail follows its head once all are
+ * placed. */
+static void test_stage_wrap(void **state)
+{
+    const unsigned rounds = 3 * VQP_SW_STAGE_SIZE / 4096;
+    const uint32_t slot   = VQP_SW_STAGE_SEND + 64;
+    struct mlx5_cqe64 cqe;
+    uint32_t len, part, rlen[2];
+    unsigned i, k, roff[2];
+    vqp_sw_shm_t *shm;
+    uint16_t rwqe[4];
+    sm_t m;
+
+    assert_int_equal(sm_init(&m, false, 7), 0);
+    shm = m.devs[1]->shm;
+    for (i = 0; i < rounds; i += 4) {
+        for (k = 0; k < 4; ++k) {
+            len = VQP_SW_SMALL_SEND + 1 +
+                  ((i + k) * 2237u) % (VQP_SW_STAGE_SEND - VQP_SW_SMALL_SEND);
+            memset(m.buf[1] + k * slot, SENT, slot);
+            roff[0] = k * slot;
+            rlen[0] = 100 + k;
+            roff[1] = k * slot + rlen[0];
+            rlen[1] = slot - rlen[0];
+            rwqe[k] = sm_post_recv(&m, 2, roff, rlen);
+            fill(m.buf[0] + 32768, len, i + k);
+            /* Three gather segments of the payload. */
+            part = len / 3;
+            sw_test_dseg(&m.qp[0], 1, m.buf[0] + 32768, part, m.lkey[0]);
+            sw_test_dseg(&m.qp[0], 2, m.buf[0] + 32768 + part, part, m.lkey[0]);
+            sw_test_dseg(&m.qp[0], 3, m.buf[0] + 32768 + 2 * part,
+                         len - 2 * part, m.lkey[0]);
+            sw_test_ctrl(&m.qp[0], MLX5_OPCODE_SEND_IMM, 4,
+                         MLX5_WQE_CTRL_CQ_UPDATE, htobe32(i + k));
+            sw_test_ring(&m.qp[0], 4);
+            assert_int_equal(sm_poll(&m, 0, 0, &cqe), 0);
+            assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+            assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+            check_resp(&cqe, MLX5_CQE_RESP_SEND_IMM, len, rwqe[k],
+                       htobe32(i + k), m.qp[0].qpn);
+            assert_memory_equal(m.buf[1] + k * slot, m.buf[0] + 32768, len);
+            assert_true(all_sent(m.buf[1] + k * slot + len, slot - len));
+        }
+    }
+    assert_true(shm->stage_head > 2 * VQP_SW_STAGE_SIZE);
+    assert_int_equal(shm->stage_tail, shm->stage_head);
+    sm_fini(&m);
+}
+
+/* A receiver that does not progress: staged SENDs fill its staging ring,
+ * then the next ones go by process_vm_writev (placed by the requester at
+ * once) instead of waiting; once the receiver runs, every message is in
+ * place with its CQE in posting order. */
+static void test_stage_full(void **state)
+{
+    const uint32_t len = VQP_SW_STAGE_SEND, slot = VQP_SW_STAGE_SEND;
+    const unsigned fit = VQP_SW_STAGE_SIZE / VQP_SW_STAGE_SEND;
+    const unsigned n   = fit + 3;
+    uint8_t *rbuf      = aligned_alloc(64, (size_t)n * slot);
+    struct mlx5_cqe64 cqe;
+    sw_test_cq_t scq, rcq;
+    sw_test_qp_t qa, qb;
+    uint32_t lkey, rkey;
+    vqp_sw_mr_t *mr;
+    unsigned i, placed = 0;
+    sm_t m;
+
+    /* No idle executor: the receiver runs only when the test says. A deeper
+     * pair on sm_init's devices: n messages in flight. */
+    setenv("VQP_SW_EXEC", "progress", 1);
+    assert_int_equal(sm_init(&m, false, 7), 0);
+    unsetenv("VQP_SW_EXEC");
+    assert_non_null(rbuf);
+    memset(rbuf, SENT, (size_t)n * slot);
+    assert_int_equal(vqp_sw_mr_reg(m.devs[1], rbuf, (size_t)n * slot,
+                                   SW_TEST_ACCESS_ALL, &mr, &lkey, &rkey),
+                     UCS_OK);
+    assert_int_equal(sw_test_cq_create(m.devs[0], 256, &scq), UCS_OK);
+    assert_int_equal(sw_test_cq_create(m.devs[1], 256, &rcq), UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(m.devs[0], &scq, &scq, NULL, 256, 0, 0, &qa), UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(m.devs[1], &rcq, &rcq, NULL, 1, 256, 0, &qb), UCS_OK);
+    assert_int_equal(
+        sw_test_qp_connect(&qa, &m.addr[1], qb.qpn, SW_TEST_ACCESS_ALL, 7, 3),
+        UCS_OK);
+    assert_int_equal(
+        sw_test_qp_connect(&qb, &m.addr[0], qa.qpn, SW_TEST_ACCESS_ALL, 7, 3),
+        UCS_OK);
+    fill(m.buf[0], BUF, 3);
+    for (i = 0; i < n; ++i) {
+        sw_test_post_recv(&qb, rbuf + (size_t)i * slot, slot, lkey);
+    }
+    for (i = 0; i < n; ++i) {
+        sw_test_dseg(&qa, 1, m.buf[0] + (i % 3) * 64, len, m.lkey[0]);
+        sw_test_ctrl(&qa, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+        sw_test_ring(&qa, 2);
+    }
+    /* Only the requester runs: all complete; the ring took `fit`, the rest
+     * were placed by the requester. */
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(sw_test_poll(&m.devs[0], 1, &scq, &cqe, 3000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    }
+    for (i = 0; i < n; ++i) {
+        if (!all_sent(rbuf + (size_t)i * slot, slot)) {
+            assert_memory_equal(rbuf + (size_t)i * slot,
+                                m.buf[0] + (i % 3) * 64, len);
+            ++placed;
+        }
+    }
+    assert_int_equal(placed, n - fit);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(sw_test_poll(m.devs, 2, &rcq, &cqe, 3000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+        assert_int_equal(be16toh(cqe.wqe_counter), i);
+        assert_int_equal(be32toh(cqe.byte_cnt), len);
+        assert_memory_equal(rbuf + (size_t)i * slot, m.buf[0] + (i % 3) * 64,
+                            len);
+    }
+    vqp_sw_qp_destroy(qa.qp);
+    vqp_sw_qp_destroy(qb.qp);
+    vqp_sw_cq_destroy(scq.cq);
+    vqp_sw_cq_destroy(rcq.cq);
+    vqp_sw_mr_dereg(mr);
+    free(rbuf);
     sm_fini(&m);
 }
 
@@ -628,41 +767,104 @@ static void test_small_order_disjoint(void **state)
 }
 
 /* The receiver deregisters the buffer of a posted receive WQE after a
- * small message took it but before its engine placed the payload: its own
- * check at placement refuses (RESP_ERR 0x04, ERROR), nothing is written. */
+ * small or staged message took it but before its engine placed the
+ * payload: its own check at placement refuses (RESP_ERR 0x04, ERROR),
+ * nothing is written. */
 static void test_small_owner_recheck(void **state)
 {
-    static const uint32_t len64 = 64;
+    static const uint32_t sizes[] = {48, 3000};
+    const uint32_t rlen           = 4096;
     struct mlx5_cqe64 cqe;
     vqp_sw_mr_t *mr;
     uint32_t lkey, rkey;
     uint8_t *rbuf = aligned_alloc(64, 4096);
     uint16_t rwqe;
+    unsigned i;
     sm_t m;
 
-    assert_int_equal(sm_init(&m, false, 7), 0);
-    memset(rbuf, SENT, 4096);
-    assert_int_equal(vqp_sw_mr_reg(m.devs[1], rbuf, 4096,
-                                   IBV_ACCESS_LOCAL_WRITE, &mr, &lkey, &rkey),
-                     UCS_OK);
-    rwqe = sm_post_segs(&m, 1, &rbuf, &len64, lkey);
-    fill(m.buf[0], 64, 2);
-    sm_send(&m, MLX5_OPCODE_SEND, 0, 48, 0, false);
-    assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
-    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
-    assert_int_equal(vqp_sw_mr_dereg(mr), UCS_OK);
-    sw_test_log_buf[0] = '\0';
-    ucs_log_push_handler(sw_test_log_handler);
-    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
-    ucs_log_pop_handler();
-    assert_true(sw_test_log_has("changed after the message arrived"));
-    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
-    assert_int_equal(sw_test_cqe_synd(&cqe), MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-    assert_int_equal(be16toh(cqe.wqe_counter), rwqe);
-    assert_int_equal(vqp_sw_qp_state(m.qp[1].qp), IBV_QPS_ERR);
-    assert_true(all_sent(rbuf, 4096));
-    sm_fini(&m);
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+        assert_int_equal(sm_init(&m, false, 7), 0);
+        memset(rbuf, SENT, 4096);
+        assert_int_equal(vqp_sw_mr_reg(m.devs[1], rbuf, 4096,
+                                       IBV_ACCESS_LOCAL_WRITE, &mr, &lkey,
+                                       &rkey),
+                         UCS_OK);
+        rwqe = sm_post_segs(&m, 1, &rbuf, &rlen, lkey);
+        fill(m.buf[0], sizes[i], 2);
+        sm_send(&m, MLX5_OPCODE_SEND, 0, sizes[i], 0, false);
+        assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(vqp_sw_mr_dereg(mr), UCS_OK);
+        sw_test_log_buf[0] = '\0';
+        ucs_log_push_handler(sw_test_log_handler);
+        assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+        ucs_log_pop_handler();
+        assert_true(sw_test_log_has("changed after the message arrived"));
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
+        assert_int_equal(sw_test_cqe_synd(&cqe),
+                         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+        assert_int_equal(be16toh(cqe.wqe_counter), rwqe);
+        assert_int_equal(vqp_sw_qp_state(m.qp[1].qp), IBV_QPS_ERR);
+        assert_true(all_sent(rbuf, 4096));
+        /* The staged bytes are free again all the same. */
+        assert_int_equal(m.devs[1]->shm->stage_tail,
+                         m.devs[1]->shm->stage_head);
+        sm_fini(&m);
+    }
     free(rbuf);
+}
+
+/* The owner does not trust where a record says its staged payload is: a
+ * stage_end beyond the ring's size past its tail, or closer to the tail
+ * than the payload is long, fails the receive (RESP_ERR 0x02, ERROR,
+ * logged) without placing anything or moving the ring's tail; a record
+ * with byte_cnt above VQP_SW_STAGE_SEND likewise. */
+static void test_stage_corrupt_record(void **state)
+{
+    vqp_sw_shm_rec_t *rec;
+    struct mlx5_cqe64 cqe;
+    vqp_sw_shm_t *shm;
+    uint64_t tail;
+    uint16_t rwqe;
+    unsigned i;
+    sm_t m;
+
+    for (i = 0; i < 3; ++i) {
+        setenv("VQP_SW_EXEC", "progress", 1);
+        assert_int_equal(sm_init(&m, false, 7), 0);
+        unsetenv("VQP_SW_EXEC");
+        shm  = m.devs[1]->shm;
+        tail = shm->stage_tail;
+        fill(m.buf[0], 1000, 8);
+        rwqe = sm_recv1(&m, 0, 2048);
+        sm_send(&m, MLX5_OPCODE_SEND, 0, 1000, 0, false);
+        assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        rec = &shm->in[shm->in_tail & (VQP_SW_INBOUND - 1)];
+        assert_int_equal(rec->flags, VQP_SW_REC_STAGED);
+        assert_int_equal(rec->stage_end, (uint32_t)shm->stage_head);
+        if (i == 0) {
+            rec->stage_end += VQP_SW_STAGE_SIZE;
+        } else if (i == 1) {
+            rec->stage_end = (uint32_t)tail + 512; /* 1024 bytes needed */
+        } else {
+            rec->byte_cnt = VQP_SW_STAGE_SEND + 64;
+        }
+        sw_test_log_buf[0] = '\0';
+        ucs_log_push_handler(sw_test_log_handler);
+        assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+        ucs_log_pop_handler();
+        assert_true(sw_test_log_has("do not follow the ring's tail"));
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
+        assert_int_equal(sw_test_cqe_synd(&cqe),
+                         MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+        assert_int_equal(be16toh(cqe.wqe_counter), rwqe);
+        assert_int_equal(vqp_sw_qp_state(m.qp[1].qp), IBV_QPS_ERR);
+        assert_true(all_sent(m.buf[1], 2048));
+        assert_int_equal(shm->stage_tail, tail);
+        assert_int_equal(shm->in_tail, shm->in_head);
+        sm_fini(&m);
+    }
 }
 
 /* ---- across processes ---- */
@@ -952,28 +1154,32 @@ static void test_small_opener_thread_gone(void **state)
  * success nobody will ever see. */
 static void test_small_dead_peer(void **state)
 {
+    static const uint32_t sizes[] = {64, 500}; /* receives of 512 */
     struct mlx5_cqe64 cqe;
     int to_child, from_child, status;
     siginfo_t si;
+    unsigned i;
     pside_t s;
     pid_t pid;
 
-    pid = proc_start(&s, 'x', 0, &to_child, &from_child);
-    memset(&si, 0, sizeof(si));
-    assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
-    sw_test_dseg(&s.qp, 1, s.buf, 64, s.lkey);
-    sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
-    sw_test_ring(&s.qp, 2);
-    assert_int_equal(sw_test_poll(&s.dev, 1, &s.scq, &cqe, 3000), 0);
-    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
-    assert_int_equal(sw_test_cqe_synd(&cqe),
-                     MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    close(to_child);
-    close(from_child);
-    vqp_sw_qp_destroy(s.qp.qp);
-    vqp_sw_dev_close(s.dev);
-    free(s.buf);
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+        pid = proc_start(&s, 'x', 0, &to_child, &from_child);
+        memset(&si, 0, sizeof(si));
+        assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+        sw_test_dseg(&s.qp, 1, s.buf, sizes[i], s.lkey);
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+        sw_test_ring(&s.qp, 2);
+        assert_int_equal(sw_test_poll(&s.dev, 1, &s.scq, &cqe, 3000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ_ERR);
+        assert_int_equal(sw_test_cqe_synd(&cqe),
+                         MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        close(to_child);
+        close(from_child);
+        vqp_sw_qp_destroy(s.qp.qp);
+        vqp_sw_dev_close(s.dev);
+        free(s.buf);
+    }
 }
 
 int main(void)
@@ -981,6 +1187,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_integrity),
         cmocka_unit_test(test_small_threshold),
+        cmocka_unit_test(test_stage_wrap),
+        cmocka_unit_test(test_stage_full),
         cmocka_unit_test(test_small_record_seq),
         cmocka_unit_test(test_small_line_layout),
         cmocka_unit_test(test_small_scatter),
@@ -990,6 +1198,7 @@ int main(void)
         cmocka_unit_test(test_small_order),
         cmocka_unit_test(test_small_order_disjoint),
         cmocka_unit_test(test_small_owner_recheck),
+        cmocka_unit_test(test_stage_corrupt_record),
         cmocka_unit_test(test_small_two_process),
         cmocka_unit_test(test_small_opener_thread_gone),
         cmocka_unit_test(test_small_dead_peer),
