@@ -766,6 +766,24 @@ static void test_small_order_disjoint(void **state)
     sm_fini(&m);
 }
 
+/* The receiver's next progress fails receive WQE @a rwqe with @a synd
+ * (RESP_ERR, its QP in ERROR) and logs @a log. */
+static void sm_expect_recv_fail(sm_t *m, uint16_t rwqe, uint8_t synd,
+                                const char *log)
+{
+    struct mlx5_cqe64 cqe;
+
+    sw_test_log_buf[0] = '\0';
+    ucs_log_push_handler(sw_test_log_handler);
+    assert_int_equal(sm_poll(m, 1, 1, &cqe), 0);
+    ucs_log_pop_handler();
+    assert_true(sw_test_log_has(log));
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
+    assert_int_equal(sw_test_cqe_synd(&cqe), synd);
+    assert_int_equal(be16toh(cqe.wqe_counter), rwqe);
+    assert_int_equal(vqp_sw_qp_state(m->qp[1].qp), IBV_QPS_ERR);
+}
+
 /* The receiver deregisters the buffer of a posted receive WQE after a
  * small or staged message took it but before its engine placed the
  * payload: its own check at placement refuses (RESP_ERR 0x04, ERROR),
@@ -795,16 +813,8 @@ static void test_small_owner_recheck(void **state)
         assert_int_equal(sm_poll_only(&m, 0, &cqe), 0);
         assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
         assert_int_equal(vqp_sw_mr_dereg(mr), UCS_OK);
-        sw_test_log_buf[0] = '\0';
-        ucs_log_push_handler(sw_test_log_handler);
-        assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
-        ucs_log_pop_handler();
-        assert_true(sw_test_log_has("changed after the message arrived"));
-        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
-        assert_int_equal(sw_test_cqe_synd(&cqe),
-                         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-        assert_int_equal(be16toh(cqe.wqe_counter), rwqe);
-        assert_int_equal(vqp_sw_qp_state(m.qp[1].qp), IBV_QPS_ERR);
+        sm_expect_recv_fail(&m, rwqe, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+                            "changed after the message arrived");
         assert_true(all_sent(rbuf, 4096));
         /* The staged bytes are free again all the same. */
         assert_int_equal(m.devs[1]->shm->stage_tail,
@@ -850,16 +860,8 @@ static void test_stage_corrupt_record(void **state)
         } else {
             rec->byte_cnt = VQP_SW_STAGE_SEND + 64;
         }
-        sw_test_log_buf[0] = '\0';
-        ucs_log_push_handler(sw_test_log_handler);
-        assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
-        ucs_log_pop_handler();
-        assert_true(sw_test_log_has("do not follow the ring's tail"));
-        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_ERR);
-        assert_int_equal(sw_test_cqe_synd(&cqe),
-                         MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-        assert_int_equal(be16toh(cqe.wqe_counter), rwqe);
-        assert_int_equal(vqp_sw_qp_state(m.qp[1].qp), IBV_QPS_ERR);
+        sm_expect_recv_fail(&m, rwqe, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                            "do not follow the ring's tail");
         assert_true(all_sent(m.buf[1], 2048));
         assert_int_equal(shm->stage_tail, tail);
         assert_int_equal(shm->in_tail, shm->in_head);
