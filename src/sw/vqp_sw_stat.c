@@ -34,11 +34,12 @@ static void vqp_sw_stat_show(const char *path, const vqp_sw_shm_t *shm,
         n_mr += (shm->mr[i].key != 0);
     }
     printf("device %s pid %u instance %u %s mrs %u inbound %lu/%u "
-           "progress_calls %lu\n",
+           "staged %lu/%u progress_calls %lu\n",
            path, shm->pid, shm->instance,
            alive ? "alive" : (shm->alive ? "stale (owner dead)" : "closed"),
            n_mr, (unsigned long)(shm->in_head - shm->in_tail), VQP_SW_INBOUND,
-           (unsigned long)shm->progress_calls);
+           (unsigned long)(shm->stage_head - shm->stage_tail),
+           VQP_SW_STAGE_SIZE, (unsigned long)shm->progress_calls);
     for (i = 0; i < VQP_SW_MAX_QP; ++i) {
         qp = &shm->qp[i];
         if (qp->qpn == 0) {

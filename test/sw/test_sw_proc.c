@@ -618,6 +618,7 @@ static void test_dead_peer(void **state)
     snprintf(needle, sizeof(needle), "qp 0x%06x ERR", s.qp.qpn);
     assert_non_null(strstr(out, needle));
     assert_non_null(strstr(out, "retries 3"));
+    assert_non_null(strstr(out, " staged 0/")); /* nothing waits staged */
     assert_int_equal(run_stat("--clean", out, sizeof(out)), 0);
     assert_false(shm_exists(&s.peer.addr));
     assert_non_null(strstr(out, "removed"));
