@@ -356,13 +356,19 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     attr->ep_addr_len     = iface->ep_addr_len;
     attr->max_conn_priv   = 0;
 
-    /* Honest estimates: the software device is a memory copy in another
-     * process's progress, far behind any HCA, so UCP ranks it last. */
+    /* Estimates UCP picks lanes and protocol thresholds by. The software
+     * device moves RDMA data with one process_vm_writev/readv (about 10 GB/s
+     * from 64 KiB on the 2-core VMs, docs/benchmarks.md); a message takes
+     * 0.3-0.6 us one way, an RDMA operation 1.5-2 us (a syscall). Each
+     * process copies with its own CPU, as cma does: dedicated bandwidth.
+     * Its latency, above the shared-memory transports', and its bandwidth,
+     * below theirs, keep posix and cma ahead of it when they are enabled
+     * too. */
     num_qps = iface->vqp_params.num_qps;
     if (dev_attr.link == VQP_DEV_LINK_SW) {
-        attr->latency             = ucs_linear_func_make(2e-6, 0);
-        attr->bandwidth.dedicated = 0;
-        attr->bandwidth.shared    = 2e9;
+        attr->latency             = ucs_linear_func_make(1e-6, 0);
+        attr->bandwidth.dedicated = 10e9;
+        attr->bandwidth.shared    = 0;
         attr->overhead            = 200e-9;
         attr->priority            = 0;
     } else {
