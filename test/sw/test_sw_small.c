@@ -940,11 +940,64 @@ static void *opener_thread(void *arg)
     return (void *)(intptr_t)pside_open(arg);
 }
 
+#define PROD_SLOT     2048 /* staged payloads of 257 .. PROD_SLOT bytes */
+#define PROD_INFLIGHT 16
+#define PROD_RQ       32 /* receives the parent keeps posted per producer */
+
+/* Length and byte @a j of message @a i of producer @a c. */
+static uint32_t prod_len(unsigned c, unsigned i)
+{
+    return VQP_SW_SMALL_SEND + 1 +
+           (i * 389u + c * 97u) % (PROD_SLOT - VQP_SW_SMALL_SEND);
+}
+
+static uint8_t prod_byte(unsigned c, unsigned i, uint32_t j)
+{
+    return (uint8_t)(c * 131u + i * 7u + j * 13u + 1);
+}
+
+/* Child producer @a c: @a n staged SEND_IMMs (imm = index) as fast as
+ * PROD_INFLIGHT slots allow. Returns 0 or the step that failed. */
+static int child_produce(pside_t *s, unsigned c, unsigned n)
+{
+    struct mlx5_cqe64 cqe;
+    unsigned i, done = 0;
+    uint8_t *slot;
+    uint32_t len, j;
+
+    for (i = 0; i < n; ++i) {
+        if (i - done == PROD_INFLIGHT) {
+            if ((sw_test_poll(&s->dev, 1, &s->scq, &cqe, 5000) != 0) ||
+                (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+                return 21;
+            }
+            ++done;
+        }
+        slot = s->buf + (i % PROD_INFLIGHT) * PROD_SLOT;
+        len  = prod_len(c, i);
+        for (j = 0; j < len; ++j) {
+            slot[j] = prod_byte(c, i, j);
+        }
+        sw_test_dseg(&s->qp, 1, slot, len, s->lkey);
+        sw_test_ctrl(&s->qp, MLX5_OPCODE_SEND_IMM, 2, MLX5_WQE_CTRL_CQ_UPDATE,
+                     htobe32(i));
+        sw_test_ring(&s->qp, 2);
+    }
+    for (; done < n; ++done) {
+        if ((sw_test_poll(&s->dev, 1, &s->scq, &cqe, 5000) != 0) ||
+            (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+            return 22;
+        }
+    }
+    return 0;
+}
+
 /* Child: receive @a n messages into 512-byte slots and send each back
  * (same bytes, imm + 1); mode 'x': exit right after connect, receives
  * posted, without closing; mode 't': as 'e', but the device is opened by
  * a thread that ends before any traffic (its life lock turns owner-died
- * while the process lives on). */
+ * while the process lives on); modes 'p' and 'q': producers 0 and 1
+ * (child_produce). */
 static int child_main(int rfd, int wfd, char mode, unsigned n)
 {
     struct mlx5_cqe64 cqe;
@@ -972,6 +1025,13 @@ static int child_main(int rfd, int wfd, char mode, unsigned n)
     }
     if ((write(wfd, "r", 1) != 1) || (mode == 'x')) {
         return 0;
+    }
+    if ((mode == 'p') || (mode == 'q')) {
+        ret = (void *)(intptr_t)child_produce(&s, (unsigned)(mode - 'p'), n);
+        if (ret != NULL) {
+            return (int)(intptr_t)ret;
+        }
+        n = 0; /* nothing to echo */
     }
     for (i = 0; i < n; ++i) {
         if (sw_test_poll(&s.dev, 1, &s.rcq, &cqe, 5000) != 0) {
@@ -1012,12 +1072,12 @@ static int child_main(int rfd, int wfd, char mode, unsigned n)
     return 0;
 }
 
-static pid_t proc_start(pside_t *s, char mode, unsigned n, int *to_child,
-                        int *from_child)
+/* A child in @a mode with its pipes; it connects once it reads our
+ * address. */
+static pid_t proc_fork(char mode, unsigned n, int *to_child, int *from_child)
 {
     int a[2], b[2];
     pid_t pid;
-    char c;
 
     assert_int_equal(pipe(a), 0);
     assert_int_equal(pipe(b), 0);
@@ -1033,9 +1093,18 @@ static pid_t proc_start(pside_t *s, char mode, unsigned n, int *to_child,
     close(b[1]);
     *to_child   = a[1];
     *from_child = b[0];
+    return pid;
+}
+
+static pid_t proc_start(pside_t *s, char mode, unsigned n, int *to_child,
+                        int *from_child)
+{
+    pid_t pid = proc_fork(mode, n, to_child, from_child);
+    char c;
+
     assert_int_equal(pside_open(s), 0);
-    assert_int_equal(pside_connect(s, b[0], a[1]), 0);
-    assert_int_equal(xread(b[0], &c, 1), 0);
+    assert_int_equal(pside_connect(s, *from_child, *to_child), 0);
+    assert_int_equal(xread(*from_child, &c, 1), 0);
     return pid;
 }
 
@@ -1184,6 +1253,77 @@ static void test_small_dead_peer(void **state)
     }
 }
 
+/* Two producer processes send staged SEND_IMMs of 257 B .. 2 KiB at once
+ * to two QPs of one device here (one staging ring, one lock, two
+ * producers): every message arrives once, in its QP's order, byte-exact,
+ * while the ring wraps several times. */
+static void test_stage_two_producers(void **state)
+{
+    const unsigned n = 3000;
+    struct mlx5_cqe64 cqe;
+    int to[2], from[2], status;
+    unsigned got[2] = {0, 0}, c, k;
+    uint64_t stage0;
+    uint32_t len, qpn, j;
+    uint8_t *slot;
+    uint16_t wqe;
+    pside_t s, t;
+    pid_t pid[2];
+    char ready;
+
+    pid[0] = proc_start(&s, 'p', n, &to[0], &from[0]);
+    /* The second producer talks to another QP of the same device. */
+    pid[1] = proc_fork('q', n, &to[1], &from[1]);
+    t      = s;
+    assert_int_equal(
+        sw_test_qp_create(s.dev, &s.scq, &s.rcq, NULL, 4, PROD_RQ, 0, &t.qp),
+        UCS_OK);
+    assert_int_equal(pside_connect(&t, from[1], to[1]), 0);
+    assert_int_equal(xread(from[1], &ready, 1), 0);
+    stage0 = s.dev->shm->stage_head;
+    for (c = 0; c < 2; ++c) {
+        for (k = 0; k < PROD_RQ; ++k) {
+            sw_test_post_recv(c ? &t.qp : &s.qp,
+                              s.buf + (c * PROD_RQ + k) * PROD_SLOT, PROD_SLOT,
+                              s.lkey);
+        }
+    }
+    while ((got[0] < n) || (got[1] < n)) {
+        assert_int_equal(sw_test_poll(&s.dev, 1, &s.rcq, &cqe, 5000), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND_IMM);
+        qpn = sw_test_cqe_qpn(&cqe);
+        assert_true((qpn == s.qp.qpn) || (qpn == t.qp.qpn));
+        c   = (qpn == t.qp.qpn);
+        wqe = be16toh(cqe.wqe_counter);
+        len = be32toh(cqe.byte_cnt);
+        assert_int_equal(be32toh(cqe.imm_inval_pkey), got[c]);
+        assert_int_equal(len, prod_len(c, got[c]));
+        slot = s.buf + (c * PROD_RQ + wqe % PROD_RQ) * PROD_SLOT;
+        for (j = 0; j < len; ++j) {
+            if (slot[j] != prod_byte(c, got[c], j)) {
+                fail_msg("producer %u message %u byte %u: 0x%x, not 0x%x", c,
+                         got[c], j, slot[j], prod_byte(c, got[c], j));
+            }
+        }
+        ++got[c];
+        sw_test_post_recv(c ? &t.qp : &s.qp, slot, PROD_SLOT, s.lkey);
+    }
+    assert_true(s.dev->shm->stage_head - stage0 > 2 * VQP_SW_STAGE_SIZE);
+    assert_int_equal(s.dev->shm->stage_tail, s.dev->shm->stage_head);
+    for (c = 0; c < 2; ++c) {
+        assert_int_equal(write(to[c], "d", 1), 1);
+        assert_int_equal(waitpid(pid[c], &status, 0), pid[c]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        close(to[c]);
+        close(from[c]);
+    }
+    vqp_sw_qp_destroy(t.qp.qp);
+    vqp_sw_qp_destroy(s.qp.qp);
+    vqp_sw_dev_close(s.dev);
+    free(s.buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1202,6 +1342,7 @@ int main(void)
         cmocka_unit_test(test_small_owner_recheck),
         cmocka_unit_test(test_stage_corrupt_record),
         cmocka_unit_test(test_small_two_process),
+        cmocka_unit_test(test_stage_two_producers),
         cmocka_unit_test(test_small_opener_thread_gone),
         cmocka_unit_test(test_small_dead_peer),
     };
