@@ -140,6 +140,20 @@ else
             grep -E 'lane\[' <<<"$out" | sed 's/^/#   /'
         fi
     done
+    # The software device's estimates (bandwidth, latency) put UCP's
+    # rendezvous threshold where rendezvous is the faster protocol: within
+    # 64 KiB (282 KB with the estimates before 26 Nov 2026, 2-4x slower
+    # messages; docs/performance.md).
+    if [ "$tl" = rc_vqp ] && [ "${UCX_NET_DEVICES:-}" = vqp_sw0 ] &&
+        [ -z "${UCX_RNDV_THRESH:-}" ]; then
+        proto=$(grep -E '^# +tag_send: ' <<<"$out" | head -1)
+        rndv=$(sed -nE 's/.*\.\.([0-9]+)\.\.<rndv>.*/\1/p' <<<"$proto")
+        if [ -n "$rndv" ] && [ "$rndv" -le 65536 ]; then
+            ok "ucx_info: tag messages go by rendezvous from $rndv bytes (<= 64 KiB)"
+        else
+            notok "ucx_info: tag messages go by rendezvous from ${rndv:-?} bytes, not within 64 KiB: ${proto#*: }"
+        fi
+    fi
 fi
 
 # ------------------------------------------------------------ perftest runs
