@@ -14,10 +14,12 @@
 #include "rc_vqp.h"
 #include "rc_vqp_abi.h"
 
+#include <ucm/api/ucm.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/compiler.h>
 #include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +47,34 @@ static ucs_config_field_t uct_rc_vqp_md_config_table[] = {
      ucs_offsetof(uct_rc_vqp_md_config_t, sw),
      UCS_CONFIG_TYPE_ENUM(uct_rc_vqp_sw_names)},
 
+    {"RCACHE", "try",
+     "Keep memory registrations in a registration cache until the memory is\n"
+     "unmapped (UCX's RCACHE_* settings below size it). UCP registers every\n"
+     "rendezvous buffer through the memory domain; without the cache each\n"
+     "message registers and deregisters its buffer with the device.\n"
+     " y   - always; opening the memory domain fails if UCM's memory events\n"
+     "       are unavailable\n"
+     " try - when UCM's memory events are available\n"
+     " n   - never",
+     ucs_offsetof(uct_rc_vqp_md_config_t, rcache_mode),
+     UCS_CONFIG_TYPE_TERNARY},
+
+    {"", "", NULL, ucs_offsetof(uct_rc_vqp_md_config_t, rcache),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_rcache_table)},
+
     {NULL}};
+
+/* Every registration allows every access: UCT's memory handles carry no
+ * rights, and one key serves puts, gets and atomics alike. */
+#define UCT_RC_VQP_MR_ACCESS                            \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+/* A cached registration: the memory handle UCT sees is @a memh. */
+typedef struct uct_rc_vqp_rcache_region {
+    ucs_rcache_region_t super;
+    uct_rc_vqp_memh_t memh;
+} uct_rc_vqp_rcache_region_t;
 
 /* Read before any config object exists (UCT asks for MD resources first). */
 static uct_rc_vqp_sw_mode_t uct_rc_vqp_sw_mode(void)
@@ -116,8 +145,13 @@ uct_rc_vqp_query_md_resources(uct_component_t *component,
 static void uct_rc_vqp_md_close(uct_md_h uct_md)
 {
     uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
-    ucs_status_t status = vqp_dev_close(md->dev);
+    ucs_status_t status;
 
+    if (md->rcache != NULL) {
+        /* Deregisters what is still cached, before the device goes. */
+        ucs_rcache_destroy(md->rcache);
+    }
+    status = vqp_dev_close(md->dev);
     if (status != UCS_OK) {
         ucs_warn("rc_vqp: closing device with objects still alive: %s",
                  ucs_status_string(status));
@@ -128,9 +162,7 @@ static void uct_rc_vqp_md_close(uct_md_h uct_md)
 static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
 {
     uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
-    vqp_dev_attr_t dev_attr;
 
-    vqp_dev_query(md->dev, &dev_attr);
     memset(attr, 0, sizeof(*attr));
     attr->cap.flags =
         UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
@@ -138,13 +170,16 @@ static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.max_reg          = ULONG_MAX;
     attr->rkey_packed_size     = sizeof(uct_rc_vqp_rkey_buf_t);
-    /* Registration pins and records the region: a fixed cost plus a little
-     * per page; the software device only records it. */
-    attr->reg_cost = (dev_attr.link == VQP_DEV_LINK_SW)
-                         ? ucs_linear_func_make(1e-6, 0)
-                         : ucs_linear_func_make(16e-6, 0.06e-9);
+    attr->reg_cost             = md->reg_cost;
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
     return UCS_OK;
+}
+
+static ucs_status_t uct_rc_vqp_memh_reg(uct_rc_vqp_md_t *md, void *address,
+                                        size_t length, uct_rc_vqp_memh_t *memh)
+{
+    return vqp_dev_mr_reg(md->dev, address, length, UCT_RC_VQP_MR_ACCESS,
+                          &memh->mr, &memh->lkey, &memh->rkey);
 }
 
 static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
@@ -152,19 +187,26 @@ static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
                                        uct_mem_h *memh_p)
 {
     uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
+    ucs_rcache_region_t *rregion;
     uct_rc_vqp_memh_t *memh;
     ucs_status_t status;
+
+    if (md->rcache != NULL) {
+        status = ucs_rcache_get(md->rcache, address, length,
+                                PROT_READ | PROT_WRITE, &flags, &rregion);
+        if (status != UCS_OK) {
+            return status;
+        }
+        *memh_p = &ucs_derived_of(rregion, uct_rc_vqp_rcache_region_t)->memh;
+        return UCS_OK;
+    }
 
     memh = ucs_malloc(sizeof(*memh), "rc_vqp_memh");
     if (memh == NULL) {
         ucs_error("rc_vqp: out of memory registering %p+%zu", address, length);
         return UCS_ERR_NO_MEMORY;
     }
-    status =
-        vqp_dev_mr_reg(md->dev, address, length,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
-                       &memh->mr, &memh->lkey, &memh->rkey);
+    status = uct_rc_vqp_memh_reg(md, address, length, memh);
     if (status != UCS_OK) {
         ucs_free(memh);
         return status;
@@ -176,14 +218,118 @@ static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
 static ucs_status_t
 uct_rc_vqp_mem_dereg(uct_md_h uct_md, const uct_md_mem_dereg_params_t *params)
 {
+    uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
+    uct_rc_vqp_rcache_region_t *region;
     uct_rc_vqp_memh_t *memh;
     ucs_status_t status;
 
     UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
-    memh   = params->memh;
+    memh = params->memh;
+    if (md->rcache != NULL) {
+        /* The device registration stays until the memory is unmapped or
+         * the cache evicts it. */
+        region = ucs_container_of(memh, uct_rc_vqp_rcache_region_t, memh);
+        ucs_rcache_region_put(md->rcache, &region->super);
+        return UCS_OK;
+    }
     status = vqp_dev_mr_dereg(memh->mr);
     ucs_free(memh);
     return status;
+}
+
+/* The cache registers the page-aligned region around what was asked. */
+static ucs_status_t uct_rc_vqp_rcache_mem_reg_cb(void *context,
+                                                 ucs_rcache_t *rcache,
+                                                 void *arg,
+                                                 ucs_rcache_region_t *rregion,
+                                                 uint16_t rcache_flags)
+{
+    uct_rc_vqp_rcache_region_t *region =
+        ucs_derived_of(rregion, uct_rc_vqp_rcache_region_t);
+
+    return uct_rc_vqp_memh_reg(context, (void *)rregion->super.start,
+                               rregion->super.end - rregion->super.start,
+                               &region->memh);
+}
+
+static void uct_rc_vqp_rcache_mem_dereg_cb(void *context, ucs_rcache_t *rcache,
+                                           ucs_rcache_region_t *rregion)
+{
+    uct_rc_vqp_rcache_region_t *region =
+        ucs_derived_of(rregion, uct_rc_vqp_rcache_region_t);
+
+    /* The device logs its own failure; the region is gone for the cache
+     * either way. */
+    (void)vqp_dev_mr_dereg(region->memh.mr);
+}
+
+static void uct_rc_vqp_rcache_dump_region_cb(void *context,
+                                             ucs_rcache_t *rcache,
+                                             ucs_rcache_region_t *rregion,
+                                             char *buf, size_t max)
+{
+    uct_rc_vqp_rcache_region_t *region =
+        ucs_derived_of(rregion, uct_rc_vqp_rcache_region_t);
+
+    snprintf(buf, max, "lkey 0x%x rkey 0x%x", region->memh.lkey,
+             region->memh.rkey);
+}
+
+static ucs_rcache_ops_t uct_rc_vqp_rcache_ops = {
+    .mem_reg     = uct_rc_vqp_rcache_mem_reg_cb,
+    .mem_dereg   = uct_rc_vqp_rcache_mem_dereg_cb,
+    .dump_region = uct_rc_vqp_rcache_dump_region_cb,
+};
+
+/* With RCACHE=try, a cache that cannot be created (UCM's memory events
+ * disabled or unavailable) leaves registration uncached. */
+static ucs_status_t uct_rc_vqp_md_rcache_init(uct_rc_vqp_md_t *md,
+                                              const uct_rc_vqp_md_config_t *cfg)
+{
+    ucs_rcache_params_t params;
+    vqp_dev_attr_t attr;
+    ucs_status_t status;
+
+    vqp_dev_query(md->dev, &attr);
+    if (attr.link == VQP_DEV_LINK_SW) {
+        /* The software device only records a region. */
+        md->reg_cost = ucs_linear_func_make(1e-6, 0);
+    } else {
+        /* ibv_reg_mr pins and maps the pages. */
+        md->reg_cost = ucs_linear_func_make(16e-6, 0.06e-9);
+    }
+    if (cfg->rcache_mode == UCS_NO) {
+        return UCS_OK;
+    }
+
+    uct_md_set_rcache_params(&params, &cfg->rcache);
+    params.region_struct_size = sizeof(uct_rc_vqp_rcache_region_t);
+    params.max_alignment      = ucs_get_page_size();
+    params.ucm_events         = UCM_EVENT_VM_UNMAPPED;
+    params.context            = md;
+    params.ops                = &uct_rc_vqp_rcache_ops;
+    /* Unused cached regions must not take the device's last MR slots from
+     * registrations in use: the cache evicts beyond half of them. */
+    if (attr.max_mr != 0) {
+        params.max_regions = ucs_min(params.max_regions, attr.max_mr / 2);
+    }
+    status = ucs_rcache_create(&params, attr.name, NULL, &md->rcache);
+    if (status != UCS_OK) {
+        md->rcache = NULL;
+        if (cfg->rcache_mode == UCS_YES) {
+            ucs_error("rc_vqp %s: cannot create the registration cache "
+                      "(RCACHE=y): %s",
+                      attr.name, ucs_status_string(status));
+            return status;
+        }
+        ucs_debug("rc_vqp %s: no registration cache (%s): registering "
+                  "every buffer",
+                  attr.name, ucs_status_string(status));
+        return UCS_OK;
+    }
+    md->reg_cost =
+        ucs_linear_func_make(uct_md_rcache_overhead(&cfg->rcache), 0);
+    return UCS_OK;
 }
 
 static ucs_status_t
@@ -241,6 +387,13 @@ static ucs_status_t uct_rc_vqp_md_open(uct_component_t *component,
     }
     status = vqp_dev_open(md_name, NULL, &md->dev);
     if (status != UCS_OK) {
+        ucs_free(md);
+        return status;
+    }
+    status = uct_rc_vqp_md_rcache_init(
+        md, ucs_derived_of(config, uct_rc_vqp_md_config_t));
+    if (status != UCS_OK) {
+        vqp_dev_close(md->dev);
         ucs_free(md);
         return status;
     }

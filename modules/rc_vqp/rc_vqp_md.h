@@ -6,6 +6,7 @@
 #define UCT_RC_VQP_MD_H_
 
 #include <uct/base/uct_md.h>
+#include <ucs/memory/rcache.h>
 
 #define UCT_RC_VQP_NAME "rc_vqp"
 
@@ -21,7 +22,9 @@ typedef enum uct_rc_vqp_sw_mode {
 
 typedef struct uct_rc_vqp_md_config {
     uct_md_config_t super;
-    int sw; /* uct_rc_vqp_sw_mode_t */
+    int sw;                        /* uct_rc_vqp_sw_mode_t */
+    int rcache_mode;               /* ucs_ternary_auto_value_t: RCACHE */
+    uct_md_rcache_config_t rcache; /* RCACHE_*: UCT's registration cache */
 } uct_rc_vqp_md_config_t;
 
 /* One memory domain per device (an HCA port or the software device), so
@@ -29,6 +32,12 @@ typedef struct uct_rc_vqp_md_config {
 typedef struct uct_rc_vqp_md {
     uct_md_t super;
     vqp_dev_t *dev;
+    /* Registrations cached until their memory is unmapped (or evicted):
+     * UCP 1.13 registers every rendezvous buffer anew through the MD, and
+     * an ibv_reg_mr per message costs more than the transfer. NULL when
+     * RCACHE=n or UCM's memory events are unavailable. */
+    ucs_rcache_t *rcache;
+    ucs_linear_func_t reg_cost; /* md_attr.reg_cost */
 } uct_rc_vqp_md_t;
 
 extern uct_component_t uct_rc_vqp_component;

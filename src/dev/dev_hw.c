@@ -340,6 +340,9 @@ static ucs_status_t vqp_dev_hw_init_port(vqp_dev_hw_t *hw,
     attr->max_cqe     = dev_attr->max_cqe;
     attr->max_srq_wr  = dev_attr->max_srq_wr;
     attr->max_rd_atom = dev_attr->max_qp_rd_atom;
+
+    /* 0 when the HCA does not say: no limit known. */
+    attr->max_mr = (dev_attr->max_mr > 0) ? (uint32_t)dev_attr->max_mr : 0;
     /* Extended atomics and the byte order of fetched values: from the HCA
      * capabilities (DevX), dev_hw_caps.c. Without them: Linux reports
      * verbs atomics only after switching 8-byte replies to host order. */

@@ -86,6 +86,7 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->max_inline  = sw_attr.max_inline;
     attr->max_cqe     = sw_attr.max_cqe;
     attr->max_srq_wr  = sw_attr.max_srq_wr;
+    attr->max_mr      = sw_attr.max_mr;
     attr->max_rd_atom = sw_attr.max_rd_atom;
     /* The software device executes masked CS/FA on 4 and 8 bytes. */
     attr->ext_atomic_sizes = sizeof(uint32_t) | sizeof(uint64_t);

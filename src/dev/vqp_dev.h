@@ -90,6 +90,7 @@ typedef struct vqp_dev_attr {
     uint32_t max_cqe;
     uint32_t max_srq_wr;
     uint32_t max_rd_atom; /* outstanding reads/atomics per QP */
+    uint32_t max_mr;      /* memory regions registered at once; 0: unknown */
     /* Operand sizes (bit n: n bytes, 4 and 8) of the extended (masked)
      * atomics the device executes with big-endian replies; 0: none. */
     uint32_t ext_atomic_sizes;

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -565,7 +567,170 @@ static void grant_without_room(char *lbuf, uct_mem_h lmemh, char *rbuf,
            grant.puts);
 }
 
-int main(void)
+/* A memory domain on vqp_sw0 with md setting @a name = @a value (NULL: the
+ * defaults); returns uct_md_open's status. */
+static ucs_status_t open_md_with(const char *name, const char *value,
+                                 uct_md_h *md_p)
+{
+    uct_md_config_t *cfg;
+    ucs_status_t st;
+
+    CHECK_OK(uct_md_config_read(component, NULL, NULL, &cfg));
+    if (name != NULL) {
+        CHECK_OK(uct_config_modify(cfg, name, value));
+    }
+    st = uct_md_open(component, "vqp_sw0", cfg, md_p);
+    uct_config_release(cfg);
+    return st;
+}
+
+/* The key a peer would use for @a memh (the packed rkey is the key). */
+static uint32_t packed_key(uct_md_h m, uct_mem_h memh)
+{
+    uint32_t key = 0;
+
+    CHECK_OK(uct_md_mkey_pack(m, memh, &key));
+    return key;
+}
+
+/* Registers @a len bytes at @a p and returns the key; *memh_p keeps the
+ * handle. */
+static uint32_t reg_key(uct_md_h m, void *p, size_t len, uct_mem_h *memh_p)
+{
+    CHECK_OK(uct_md_mem_reg(m, p, len, UCT_MD_MEM_ACCESS_ALL, memh_p));
+    return packed_key(m, *memh_p);
+}
+
+static uint32_t reg_dereg_key(uct_md_h m, void *p, size_t len)
+{
+    uct_mem_h memh;
+    uint32_t key = reg_key(m, p, len, &memh);
+
+    CHECK_OK(uct_md_mem_dereg(m, memh));
+    return key;
+}
+
+/* Without the cache every registration is the device's own: a buffer
+ * registered twice has two keys. */
+static void expect_uncached(uct_md_h m, const char *what)
+{
+    char *buf = aligned_alloc(4096, 8192);
+    uct_mem_h m1, m2;
+
+    CHECK(reg_key(m, buf, 8192, &m1) != reg_key(m, buf, 8192, &m2),
+          "%s: one buffer registered twice got one key", what);
+    CHECK_OK(uct_md_mem_dereg(m, m1));
+    CHECK_OK(uct_md_mem_dereg(m, m2));
+    free(buf);
+}
+
+/* UCP (1.13) registers every rendezvous buffer through the memory domain:
+ * the registration cache must return the same registration for memory
+ * registered before, and a new one once the memory was unmapped. */
+static void registration_cache(side_t *src, side_t *dst, char *lbuf,
+                               uct_mem_h lmemh)
+{
+    const size_t len = 65536;
+    uct_md_attr_t attr_c, attr_n;
+    uct_rkey_bundle_t bundle;
+    uint32_t k1, k2, key;
+    uct_mem_h m1, m2;
+    uct_md_h md_n, md_2;
+    char *buf, *p, *pages;
+    uct_ep_h ep;
+
+    buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+               -1, 0);
+    CHECK(buf != MAP_FAILED, "mmap: %m");
+    k1 = reg_key(md, buf, len, &m1);
+    k2 = reg_key(md, buf + 4096, 4096, &m2);
+    CHECK(k2 == k1, "a range inside a registered one got another key");
+    CHECK_OK(uct_md_mem_dereg(md, m2));
+    CHECK_OK(uct_md_mem_dereg(md, m1));
+    CHECK(reg_dereg_key(md, buf, len) == k1,
+          "registered again after deregistration: not the cached key");
+
+    /* Unmapped and mapped anew at the same address: other pages, so the
+     * old registration must not be handed out again. */
+    CHECK(munmap(buf, len) == 0, "munmap: %m");
+    p = mmap(buf, len, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    CHECK(p == buf, "mmap at %p again: %p (%m)", buf, p);
+    key = reg_key(md, buf, len, &m1);
+    CHECK(key != k1, "memory mapped anew got the unmapped memory's key");
+    CHECK_OK(uct_rkey_unpack(component, &key, &bundle));
+    ep = ep_to_iface(src, dst);
+    exchange(ep, dst, lbuf, lmemh, buf, bundle.rkey,
+             "registration cache: put and get into memory mapped anew at an "
+             "unmapped registration's address");
+    uct_ep_destroy(ep);
+    uct_rkey_release(component, &bundle);
+    CHECK_OK(uct_md_mem_dereg(md, m1));
+    CHECK(munmap(buf, len) == 0, "munmap: %m");
+
+    /* RCACHE=n: no cache, and UCP is told registration costs more. */
+    CHECK_OK(open_md_with("RCACHE", "n", &md_n));
+    expect_uncached(md_n, "RCACHE=n");
+    CHECK_OK(uct_md_query(md, &attr_c));
+    CHECK_OK(uct_md_query(md_n, &attr_n));
+    CHECK(attr_c.reg_cost.c < attr_n.reg_cost.c,
+          "cached registration reported at %g s, uncached at %g s",
+          attr_c.reg_cost.c, attr_n.reg_cost.c);
+    uct_md_close(md_n);
+
+    /* RCACHE_MAX_REGIONS=2: a third region evicts the least recently
+     * used unused one. Pages 0, 2 and 4: never merged. */
+    CHECK_OK(open_md_with("RCACHE_MAX_REGIONS", "2", &md_2));
+    pages = aligned_alloc(4096, 5 * 4096);
+    k1 = reg_dereg_key(md_2, pages, 4096);
+    k2 = reg_dereg_key(md_2, pages + 2 * 4096, 4096);
+    CHECK(reg_dereg_key(md_2, pages, 4096) == k1, "evicted below the limit");
+    (void)reg_dereg_key(md_2, pages + 4 * 4096, 4096);
+    CHECK(reg_dereg_key(md_2, pages, 4096) == k1,
+          "the most recently used region was evicted");
+    CHECK(reg_dereg_key(md_2, pages + 2 * 4096, 4096) != k2,
+          "three regions cached with RCACHE_MAX_REGIONS=2");
+    uct_md_close(md_2);
+    free(pages);
+    printf("ok - registration cache: hits, invalidation on unmap, RCACHE=n, "
+           "eviction\n");
+}
+
+/* Run in a child with UCX_MEM_EVENTS=no: no cache can see unmaps. */
+static int mem_events_off(void)
+{
+    uct_md_h m;
+
+    CHECK(open_md_with("RCACHE", "y", &m) != UCS_OK,
+          "RCACHE=y opened without memory events");
+    CHECK_OK(open_md_with("RCACHE", "try", &m));
+    expect_uncached(m, "RCACHE=try without memory events");
+    uct_md_close(m);
+    return 0;
+}
+
+static void registration_cache_no_events(void)
+{
+    int status;
+    pid_t pid;
+
+    fflush(stdout);
+    pid = fork();
+    CHECK(pid >= 0, "fork: %m");
+    if (pid == 0) {
+        setenv("UCX_MEM_EVENTS", "no", 1);
+        execl("/proc/self/exe", "test_uct_loopback", "--mem-events-off",
+              (char *)NULL);
+        _exit(127);
+    }
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid: %m");
+    CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0),
+          "the child without memory events failed (status 0x%x)", status);
+    printf("ok - without memory events: RCACHE=y fails the memory domain, "
+           "RCACHE=try registers uncached\n");
+}
+
+int main(int argc, char **argv)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
     uct_component_h *components;
@@ -591,6 +756,9 @@ int main(void)
         }
     }
     CHECK(component != NULL, "no rc_vqp component");
+    if ((argc > 1) && !strcmp(argv[1], "--mem-events-off")) {
+        return mem_events_off();
+    }
     CHECK_OK(uct_md_config_read(component, NULL, NULL, &md_config));
     CHECK_OK(uct_md_open(component, "vqp_sw0", md_config, &md));
     uct_config_release(md_config);
@@ -655,6 +823,8 @@ int main(void)
     many_endpoints(&b, lbuf, lmemh, rbuf, rkey.rkey);
     stalled_connect();
     grant_without_room(lbuf, lmemh, rbuf, rkey.rkey);
+    registration_cache(&a, &b, lbuf, lmemh);
+    registration_cache_no_events();
 
     uct_rkey_release(component, &rkey);
     free(rkey_buf);
@@ -668,6 +838,6 @@ int main(void)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("9 passed, 0 failed\n");
+    printf("12 passed, 0 failed\n");
     return 0;
 }
