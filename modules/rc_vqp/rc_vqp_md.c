@@ -237,7 +237,8 @@ uct_rc_vqp_mem_dereg(uct_md_h uct_md, const uct_md_mem_dereg_params_t *params)
     return status;
 }
 
-/* The cache registers the page-aligned region around what was asked. */
+/* The cache registers the region around what was asked, aligned to
+ * RCACHE_ADDR_ALIGN, or a merge of it with overlapping cached regions. */
 static ucs_status_t uct_rc_vqp_rcache_mem_reg_cb(void *context,
                                                  ucs_rcache_t *rcache,
                                                  void *arg,
