@@ -87,11 +87,16 @@ void *vqp_sw_arena_alloc(vqp_sw_dev_t *dev, size_t size, size_t *pages_p,
     size_t i, run = 0;
     void *ptr;
 
-    for (i = 0; i < dev->arena_pages; ++i) {
+    /* First fit, from the lowest page that may be free: tens of thousands
+     * of QPs would otherwise walk every used page on each create. */
+    for (i = dev->arena_low; i < dev->arena_pages; ++i) {
         run = dev->arena_used[i] ? 0 : run + 1;
         if (run == pages) {
             i = i + 1 - pages;
             memset(dev->arena_used + i, 1, pages);
+            if (i == dev->arena_low) {
+                dev->arena_low = i + pages;
+            }
             *off_p   = dev->shm->arena_off + i * VQP_SW_PAGE;
             *pages_p = pages;
             ptr      = (uint8_t *)dev->shm + *off_p;
@@ -110,6 +115,9 @@ void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages)
     size_t first = (off - dev->shm->arena_off) / VQP_SW_PAGE;
 
     memset(dev->arena_used + first, 0, pages);
+    if (first < dev->arena_low) {
+        dev->arena_low = first;
+    }
     /* Give the pages back to tmpfs. */
     madvise((uint8_t *)dev->shm + off, pages * VQP_SW_PAGE, MADV_REMOVE);
 }

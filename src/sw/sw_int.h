@@ -23,17 +23,17 @@
 #pragma GCC visibility push(hidden)
 
 /* Segment versions: 2 UD QPs; 3 armed; 4 record seq; 5 16 Ki QPs;
- * 7 staging ring. */
+ * 7 staging ring; 8 64 Ki QPs (16-bit slots) and a 4 GiB arena. */
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     7u
-#define VQP_SW_MAX_QP      16384u
-#define VQP_SW_QP_BITS     14u
+#define VQP_SW_VERSION     8u
+#define VQP_SW_MAX_QP      65536u
+#define VQP_SW_QP_BITS     16u
 #define VQP_SW_MAX_CQ      512u
 #define VQP_SW_MAX_SRQ     64u
 #define VQP_SW_MAX_MR      16384u
 #define VQP_SW_MR_BITS     14u
-#define VQP_SW_INBOUND     4096u         /* responder records, power of two */
-#define VQP_SW_ARENA_SIZE  (256ul << 20) /* sparse in tmpfs */
+#define VQP_SW_INBOUND     4096u          /* responder records, power of two */
+#define VQP_SW_ARENA_SIZE  (4096ul << 20) /* sparse in tmpfs */
 #define VQP_SW_PAGE        4096ul
 #define VQP_SW_MAX_PEERS   1024u
 #define VQP_SW_BB          64u
@@ -42,7 +42,7 @@
 #define VQP_SW_MAX_SGE     16u
 #define VQP_SW_MAX_INLINE  512u
 #define VQP_SW_MAX_QP_WR   32768u     /* as a ConnectX */
-#define VQP_SW_MAX_CQE     (1u << 20) /* a quarter of the arena */
+#define VQP_SW_MAX_CQE     (1u << 20) /* 64 MiB of the arena */
 #define VQP_SW_MAX_MSG     (1ul << 31)
 #define VQP_SW_NO_SRQ      UINT32_MAX
 #define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */
@@ -364,6 +364,7 @@ struct vqp_sw_dev {
         uint64_t idle;
     } scan[VQP_SW_MAX_QP];
     unsigned n_qps;
+    unsigned qp_next;   /* where the search for a free QP slot starts */
     unsigned scan_hint; /* list index of the QP that last had work */
     vqp_sw_cq_t *cqs[VQP_SW_MAX_CQ];
     vqp_sw_srq_t *srqs[VQP_SW_MAX_SRQ];
@@ -372,6 +373,7 @@ struct vqp_sw_dev {
     uint32_t qp_gen[VQP_SW_MAX_QP];
     uint8_t *arena_used; /* one byte per arena page */
     size_t arena_pages;
+    size_t arena_low; /* every page below it is in use */
     vqp_sw_peer_t peers[VQP_SW_MAX_PEERS];
     vqp_sw_fault_t fault;
     bool atomic8_host;       /* 8-byte fetched values in host order */

@@ -255,7 +255,7 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
 {
     vqp_sw_shm_qp_t *sq;
     vqp_sw_qp_t *qp;
-    uint32_t i, gen, rq_cnt = 0, rq_stride = 0;
+    uint32_t i, n, gen, rq_cnt = 0, rq_stride = 0;
     uint64_t sq_off, rq_off = 0;
     uint8_t *rq_buf = NULL;
 
@@ -281,13 +281,18 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
                   attr->max_inline_data, dev->attr.max_inline);
         return UCS_ERR_INVALID_PARAM;
     }
-    for (i = 0; (i < VQP_SW_MAX_QP) && (dev->qps[i] != NULL); ++i) {
+    /* Next fit: slots are reused round the table, so a QPN's generation
+     * comes back only after every free slot was taken, and a create does
+     * not walk the QPs in use from slot 0. */
+    for (n = 0, i = dev->qp_next; (n < VQP_SW_MAX_QP) && (dev->qps[i] != NULL);
+         ++n, i   = (i + 1) & (VQP_SW_MAX_QP - 1)) {
     }
-    if (i == VQP_SW_MAX_QP) {
+    if (n == VQP_SW_MAX_QP) {
         ucs_error("vqp_sw %s: too many QPs (max %u)", dev->name, VQP_SW_MAX_QP);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
-    qp = calloc(1, sizeof(*qp));
+    dev->qp_next = (i + 1) & (VQP_SW_MAX_QP - 1);
+    qp           = calloc(1, sizeof(*qp));
     if (qp == NULL) {
         ucs_error("vqp_sw %s: cannot allocate QP", dev->name);
         return UCS_ERR_NO_MEMORY;

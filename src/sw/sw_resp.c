@@ -815,7 +815,7 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
                   ? vqp_sw_stage_take(dev, rec, &stage_tail)
                   : rec->data;
         /* Peers wrote the record: check the index before using it. */
-        qp = (rec->qp_index < VQP_SW_MAX_QP) ? dev->qps[rec->qp_index] : NULL;
+        qp = dev->qps[rec->qp_index & (VQP_SW_MAX_QP - 1)];
         if ((qp == NULL) || (qp->qpn != rec->qpn)) {
             ucs_debug("vqp_sw %s: record for destroyed QP 0x%x dropped",
                       dev->name, rec->qpn);

@@ -2204,10 +2204,12 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     }
     pair_setup(&p, sc, initiator, sock, &am);
     if (initiator && (sc->faults != NULL)) {
-        /* FAULTS_QP12 names QPNs of a fresh device: slot i, generation 1;
-         * slot 0 is the interface's connection-manager UD QP. */
-        CHECK((ep_addr_qpn(&p, 1) == 0x4002) && (ep_addr_qpn(&p, 2) == 0x4003),
-              "data QPs are 0x%x/0x%x, the fault spec assumed 0x4002/0x4003",
+        /* FAULTS_QP12 names QPNs of a fresh device: generation 1 above the
+         * 16-bit slot i; slot 0 is the interface's connection-manager UD
+         * QP. */
+        CHECK((ep_addr_qpn(&p, 1) == 0x10002) &&
+                  (ep_addr_qpn(&p, 2) == 0x10003),
+              "data QPs are 0x%x/0x%x, the fault spec assumed 0x10002/0x10003",
               ep_addr_qpn(&p, 1), ep_addr_qpn(&p, 2));
     }
     switch (sc->kind) {
@@ -2355,7 +2357,7 @@ static const size_t full_sizes[]  = {1,
 /* The initiator's data QPs 1 and 2 (QPNs of a fresh device, checked by
  * run_faults): QP 1 fails its next WQE as if the peer stopped answering,
  * QP 2 fails its second WQE with "retry exceeded" (0x15). */
-#define FAULTS_QP12 "kill=0x4002,err=0x4003:1:0x15"
+#define FAULTS_QP12 "kill=0x10002,err=0x10003:1:0x15"
 
 #define SEMANTICS(_name, _qps, _lb, _headroom)        \
     {                                                 \
