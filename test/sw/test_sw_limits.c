@@ -7,6 +7,8 @@
 
 #include "sw_test_util.h"
 
+#include "sw/sw_int.h" /* VQP_SW_BB, VQP_SW_ARENA_SIZE */
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -195,14 +197,57 @@ static void test_too_many_peers(void **state)
     }
 }
 
+/* Queue memory comes back: a freed SQ's pages are the first that a later
+ * queue of that size gets (first fit from the lowest free page), and QPs of
+ * the largest SQ created and destroyed for more than the whole arena in all
+ * never run it out. */
+static void test_arena_reuse(void **state)
+{
+    vqp_sw_dev_attr_t attr;
+    sw_test_qp_t keep, a, b, q;
+    size_t sq_bytes, rounds, i;
+    sw_test_cq_t cq;
+    void *hole;
+
+    vqp_sw_dev_query(dev, &attr);
+    sq_bytes = (size_t)attr.max_qp_wr * VQP_SW_BB;
+    assert_int_equal(sw_test_cq_create(dev, 8, &cq), UCS_OK);
+    assert_int_equal(sw_test_qp_create(dev, &cq, &cq, NULL, 8, 0, 0, &keep),
+                     UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(dev, &cq, &cq, NULL, attr.max_qp_wr, 0, 0, &a),
+        UCS_OK);
+    assert_int_equal(sw_test_qp_create(dev, &cq, &cq, NULL, 8, 0, 0, &b),
+                     UCS_OK);
+    hole = a.dv.sq.buf;
+    assert_int_equal(vqp_sw_qp_destroy(a.qp), UCS_OK);
+    assert_int_equal(
+        sw_test_qp_create(dev, &cq, &cq, NULL, attr.max_qp_wr, 0, 0, &q),
+        UCS_OK);
+    assert_ptr_equal(q.dv.sq.buf, hole);
+    assert_int_equal(vqp_sw_qp_destroy(q.qp), UCS_OK);
+
+    rounds = VQP_SW_ARENA_SIZE / sq_bytes + 16;
+    for (i = 0; i < rounds; ++i) {
+        assert_int_equal(
+            sw_test_qp_create(dev, &cq, &cq, NULL, attr.max_qp_wr, 0, 0, &q),
+            UCS_OK);
+        assert_ptr_equal(q.dv.sq.buf, hole);
+        assert_int_equal(vqp_sw_qp_destroy(q.qp), UCS_OK);
+    }
+    assert_false(sw_test_log_has("queue memory exhausted"));
+    assert_int_equal(vqp_sw_qp_destroy(keep.qp), UCS_OK);
+    assert_int_equal(vqp_sw_qp_destroy(b.qp), UCS_OK);
+    assert_int_equal(vqp_sw_cq_destroy(cq.cq), UCS_OK);
+}
+
 int main(void)
 {
 #define T(_t) cmocka_unit_test_setup_teardown(_t, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_null_and_bad_args),
-        T(test_too_many_mrs),
-        T(test_too_many_cqs_srqs_qps),
-        T(test_too_many_peers),
+        T(test_null_and_bad_args),     T(test_too_many_mrs),
+        T(test_too_many_cqs_srqs_qps), T(test_too_many_peers),
+        T(test_arena_reuse),
     };
     int ret;
 #undef T
