@@ -682,8 +682,8 @@ static void registration_cache(side_t *src, side_t *dst, char *lbuf,
      * used unused one. Pages 0, 2 and 4: never merged. */
     CHECK_OK(open_md_with("RCACHE_MAX_REGIONS", "2", &md_2));
     pages = aligned_alloc(4096, 5 * 4096);
-    k1 = reg_dereg_key(md_2, pages, 4096);
-    k2 = reg_dereg_key(md_2, pages + 2 * 4096, 4096);
+    k1    = reg_dereg_key(md_2, pages, 4096);
+    k2    = reg_dereg_key(md_2, pages + 2 * 4096, 4096);
     CHECK(reg_dereg_key(md_2, pages, 4096) == k1, "evicted below the limit");
     (void)reg_dereg_key(md_2, pages + 4 * 4096, 4096);
     CHECK(reg_dereg_key(md_2, pages, 4096) == k1,
