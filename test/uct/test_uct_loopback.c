@@ -567,10 +567,11 @@ static void grant_without_room(char *lbuf, uct_mem_h lmemh, char *rbuf,
            grant.puts);
 }
 
-/* A memory domain on vqp_sw0 with md setting @a name = @a value (NULL: the
- * defaults); returns uct_md_open's status. */
-static ucs_status_t open_md_with(const char *name, const char *value,
-                                 uct_md_h *md_p)
+/* A memory domain on vqp_sw0 with md settings @a name = @a value and
+ * @a name2 = @a value2 (NULL: not set); returns uct_md_open's status. */
+static ucs_status_t open_md_with2(const char *name, const char *value,
+                                  const char *name2, const char *value2,
+                                  uct_md_h *md_p)
 {
     uct_md_config_t *cfg;
     ucs_status_t st;
@@ -579,9 +580,18 @@ static ucs_status_t open_md_with(const char *name, const char *value,
     if (name != NULL) {
         CHECK_OK(uct_config_modify(cfg, name, value));
     }
+    if (name2 != NULL) {
+        CHECK_OK(uct_config_modify(cfg, name2, value2));
+    }
     st = uct_md_open(component, "vqp_sw0", cfg, md_p);
     uct_config_release(cfg);
     return st;
+}
+
+static ucs_status_t open_md_with(const char *name, const char *value,
+                                 uct_md_h *md_p)
+{
+    return open_md_with2(name, value, NULL, NULL, md_p);
 }
 
 /* The key a peer would use for @a memh (the packed rkey is the key). */
@@ -668,6 +678,11 @@ static void registration_cache(side_t *src, side_t *dst, char *lbuf,
     CHECK_OK(uct_md_mem_dereg(md, m1));
     CHECK(munmap(buf, len) == 0, "munmap: %m");
 
+    /* The default on the software device (auto) is no cache. */
+    CHECK_OK(open_md_with(NULL, NULL, &md_n));
+    expect_uncached(md_n, "RCACHE=auto on the software device");
+    uct_md_close(md_n);
+
     /* RCACHE=n: no cache, and UCP is told registration costs more. */
     CHECK_OK(open_md_with("RCACHE", "n", &md_n));
     expect_uncached(md_n, "RCACHE=n");
@@ -680,7 +695,7 @@ static void registration_cache(side_t *src, side_t *dst, char *lbuf,
 
     /* RCACHE_MAX_REGIONS=2: a third region evicts the least recently
      * used unused one. Pages 0, 2 and 4: never merged. */
-    CHECK_OK(open_md_with("RCACHE_MAX_REGIONS", "2", &md_2));
+    CHECK_OK(open_md_with2("RCACHE", "try", "RCACHE_MAX_REGIONS", "2", &md_2));
     pages = aligned_alloc(4096, 5 * 4096);
     k1    = reg_dereg_key(md_2, pages, 4096);
     k2    = reg_dereg_key(md_2, pages + 2 * 4096, 4096);
@@ -692,8 +707,8 @@ static void registration_cache(side_t *src, side_t *dst, char *lbuf,
           "three regions cached with RCACHE_MAX_REGIONS=2");
     uct_md_close(md_2);
     free(pages);
-    printf("ok - registration cache: hits, invalidation on unmap, RCACHE=n, "
-           "eviction\n");
+    printf("ok - registration cache: hits, invalidation on unmap, off by "
+           "default on the software device, RCACHE=n, eviction\n");
 }
 
 /* Run in a child with UCX_MEM_EVENTS=no: no cache can see unmaps. */
@@ -759,7 +774,10 @@ int main(int argc, char **argv)
     if ((argc > 1) && !strcmp(argv[1], "--mem-events-off")) {
         return mem_events_off();
     }
+    /* The registration cache is off by default on the software device:
+     * these interfaces run with it. */
     CHECK_OK(uct_md_config_read(component, NULL, NULL, &md_config));
+    CHECK_OK(uct_config_modify(md_config, "RCACHE", "try"));
     CHECK_OK(uct_md_open(component, "vqp_sw0", md_config, &md));
     uct_config_release(md_config);
     CHECK_OK(uct_md_query(md, &md_attr));
