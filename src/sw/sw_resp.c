@@ -458,6 +458,8 @@ void vqp_sw_resp_publish(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp, uint8_t opcode,
         }
     }
 
+    /* The record's 16-bit index names every slot (the owner masks it). */
+    UCS_STATIC_ASSERT(VQP_SW_MAX_QP <= (1u << (8 * sizeof(rec->qp_index))));
     rec->qp_index    = (uint16_t)(tqp->qpn & (VQP_SW_MAX_QP - 1));
     rec->qpn         = tqp->qpn;
     rec->byte_cnt    = byte_cnt;
