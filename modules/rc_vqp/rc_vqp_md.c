@@ -177,10 +177,16 @@ static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     return UCS_OK;
 }
 
+/* @a hide_errors: the caller retries or falls back (UCT's
+ * UCT_MD_MEM_FLAG_HIDE_ERRORS, the cache's retry of a merged region), so a
+ * refusal logs at diag level. */
 static ucs_status_t uct_rc_vqp_memh_reg(uct_rc_vqp_md_t *md, void *address,
-                                        size_t length, uct_rc_vqp_memh_t *memh)
+                                        size_t length, int hide_errors,
+                                        uct_rc_vqp_memh_t *memh)
 {
-    return vqp_dev_mr_reg(md->dev, address, length, UCT_RC_VQP_MR_ACCESS,
+    return vqp_dev_mr_reg(md->dev, address, length,
+                          UCT_RC_VQP_MR_ACCESS |
+                              (hide_errors ? VQP_DEV_MR_HIDE_ERRORS : 0),
                           &memh->mr, &memh->lkey, &memh->rkey);
 }
 
@@ -208,7 +214,8 @@ static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
         ucs_error("rc_vqp: out of memory registering %p+%zu", address, length);
         return UCS_ERR_NO_MEMORY;
     }
-    status = uct_rc_vqp_memh_reg(md, address, length, memh);
+    status = uct_rc_vqp_memh_reg(md, address, length,
+                                 flags & UCT_MD_MEM_FLAG_HIDE_ERRORS, memh);
     if (status != UCS_OK) {
         ucs_free(memh);
         return status;
@@ -250,9 +257,13 @@ static ucs_status_t uct_rc_vqp_rcache_mem_reg_cb(void *context,
     uct_rc_vqp_rcache_region_t *region =
         ucs_derived_of(rregion, uct_rc_vqp_rcache_region_t);
 
+    /* @a arg: the uct_md_mem_reg flags given to ucs_rcache_get. */
+    int hide_errors = (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) ||
+                      (*(const unsigned *)arg & UCT_MD_MEM_FLAG_HIDE_ERRORS);
+
     return uct_rc_vqp_memh_reg(context, (void *)rregion->super.start,
                                rregion->super.end - rregion->super.start,
-                               &region->memh);
+                               hide_errors, &region->memh);
 }
 
 static void uct_rc_vqp_rcache_mem_dereg_cb(void *context, ucs_rcache_t *rcache,

@@ -154,12 +154,15 @@ ucs_status_t vqp_dev_open(const char *name, const vqp_dev_open_params_t *params,
 
 ucs_status_t vqp_dev_close(vqp_dev_t *dev)
 {
+    unsigned num_objs;
+
     if (dev == NULL) {
         return UCS_OK;
     }
-    if (dev->num_objs != 0) {
+    num_objs = __atomic_load_n(&dev->num_objs, __ATOMIC_ACQUIRE);
+    if (num_objs != 0) {
         ucs_warn("%s: not closed, %u MRs/CQs/SRQs/QPs/AHs are still alive",
-                 dev->attr.name, dev->num_objs);
+                 dev->attr.name, num_objs);
         return UCS_ERR_BUSY;
     }
     dev->ops->close(dev);
@@ -187,8 +190,12 @@ ucs_status_t vqp_dev_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
                             unsigned access, vqp_dev_mr_t **mr_p,
                             uint32_t *lkey_p, uint32_t *rkey_p)
 {
+    ucs_log_level_t level = (access & VQP_DEV_MR_HIDE_ERRORS)
+                                ? UCS_LOG_LEVEL_DIAG
+                                : UCS_LOG_LEVEL_ERROR;
     ucs_status_t status;
 
+    access &= ~VQP_DEV_MR_HIDE_ERRORS;
     if ((dev == NULL) || (mr_p == NULL) || (lkey_p == NULL) ||
         (rkey_p == NULL)) {
         ucs_error("vqp_dev_mr_reg: NULL device or output argument");
@@ -214,10 +221,11 @@ ucs_status_t vqp_dev_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    status = dev->ops->mr_reg(dev, addr, length, access, mr_p, lkey_p, rkey_p);
+    status = dev->ops->mr_reg(dev, addr, length, access, level, mr_p, lkey_p,
+                              rkey_p);
     if (status == UCS_OK) {
         (*mr_p)->dev = dev;
-        ++dev->num_objs;
+        vqp_dev_obj_add(dev, 1);
     }
     return status;
 }
@@ -233,7 +241,7 @@ ucs_status_t vqp_dev_mr_dereg(vqp_dev_mr_t *mr)
     dev    = mr->dev;
     status = dev->ops->mr_dereg(mr);
     if (status == UCS_OK) {
-        --dev->num_objs;
+        vqp_dev_obj_add(dev, -1);
     }
     return status;
 }
@@ -262,7 +270,7 @@ ucs_status_t vqp_dev_cq_create(vqp_dev_t *dev, uint32_t cqe,
         (*cq_p)->arm_uar   = dv->cq_uar;
         (*cq_p)->arm_dbrec = dv->dbrec;
         (*cq_p)->arm_sn    = 0;
-        ++dev->num_objs;
+        vqp_dev_obj_add(dev, 1);
         ucs_debug("%s: created CQ 0x%x of %u entries", dev->attr.name, dv->cqn,
                   dv->cqe_cnt);
     }
@@ -285,7 +293,7 @@ ucs_status_t vqp_dev_cq_destroy(vqp_dev_cq_t *cq)
     }
     status = dev->ops->cq_destroy(cq);
     if (status == UCS_OK) {
-        --dev->num_objs;
+        vqp_dev_obj_add(dev, -1);
     }
     return status;
 }
@@ -377,7 +385,7 @@ ucs_status_t vqp_dev_srq_create(vqp_dev_t *dev, uint32_t max_wr,
         (*srq_p)->dev      = dev;
         (*srq_p)->refcount = 0;
         (*srq_p)->srqn     = dv->srqn;
-        ++dev->num_objs;
+        vqp_dev_obj_add(dev, 1);
     }
     return status;
 }
@@ -398,7 +406,7 @@ ucs_status_t vqp_dev_srq_destroy(vqp_dev_srq_t *srq)
     }
     status = dev->ops->srq_destroy(srq);
     if (status == UCS_OK) {
-        --dev->num_objs;
+        vqp_dev_obj_add(dev, -1);
     }
     return status;
 }
@@ -471,7 +479,7 @@ static void vqp_dev_qp_track(vqp_dev_t *dev, vqp_dev_qp_t *qp,
     if (qp->srq != NULL) {
         ++qp->srq->refcount;
     }
-    ++dev->num_objs;
+    vqp_dev_obj_add(dev, 1);
 }
 
 ucs_status_t vqp_dev_qp_create(vqp_dev_t *dev, const vqp_dev_qp_init_t *init,
@@ -585,7 +593,7 @@ ucs_status_t vqp_dev_ah_create(vqp_dev_t *dev, const vqp_dev_addr_t *remote,
         return status;
     }
     (*ah_p)->dev = dev;
-    ++dev->num_objs;
+    vqp_dev_obj_add(dev, 1);
     return UCS_OK;
 }
 
@@ -600,7 +608,7 @@ ucs_status_t vqp_dev_ah_destroy(vqp_dev_ah_t *ah)
     dev    = ah->dev;
     status = dev->ops->ah_destroy(ah);
     if (status == UCS_OK) {
-        --dev->num_objs;
+        vqp_dev_obj_add(dev, -1);
     }
     return status;
 }
@@ -630,7 +638,7 @@ ucs_status_t vqp_dev_qp_destroy(vqp_dev_qp_t *qp)
     if (srq != NULL) {
         --srq->refcount;
     }
-    --dev->num_objs;
+    vqp_dev_obj_add(dev, -1);
     return UCS_OK;
 }
 

@@ -64,6 +64,8 @@ static ucs_status_t vqp_dev_hw_errno_status(int err)
         return UCS_ERR_UNSUPPORTED;
     case EBUSY:
         return UCS_ERR_BUSY;
+    case EFAULT: /* ibv_reg_mr: pages not mapped or not writable */
+        return UCS_ERR_INVALID_ADDR;
     case ENODEV:
         return UCS_ERR_NO_DEVICE;
     default:
@@ -542,8 +544,9 @@ static unsigned vqp_dev_hw_progress(vqp_dev_t *dev)
 /* ------------------------------------------------------------ queues */
 
 static ucs_status_t vqp_dev_hw_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
-                                      unsigned access, vqp_dev_mr_t **mr_p,
-                                      uint32_t *lkey_p, uint32_t *rkey_p)
+                                      unsigned access, ucs_log_level_t level,
+                                      vqp_dev_mr_t **mr_p, uint32_t *lkey_p,
+                                      uint32_t *rkey_p)
 {
     vqp_dev_hw_mr_t *mr;
     int err;
@@ -556,8 +559,8 @@ static ucs_status_t vqp_dev_hw_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
     mr->mr = ibv_reg_mr(vqp_dev_hw(dev)->pd, addr, length, access);
     if (mr->mr == NULL) {
         err = errno;
-        ucs_error("%s: ibv_reg_mr(%p, %zu, access 0x%x) failed: %s",
-                  dev->attr.name, addr, length, access, strerror(err));
+        ucs_log(level, "%s: ibv_reg_mr(%p, %zu, access 0x%x) failed: %s",
+                dev->attr.name, addr, length, access, strerror(err));
         free(mr);
         return vqp_dev_hw_errno_status(err);
     }

@@ -9,12 +9,16 @@
 
 #include "vqp_dev.h"
 
+#include <ucs/config/types.h>
+
 typedef struct vqp_dev_ops {
     void (*close)(vqp_dev_t *dev);
     unsigned (*progress)(vqp_dev_t *dev);
+    /* @a level: of the line logged when the memory refuses. */
     ucs_status_t (*mr_reg)(vqp_dev_t *dev, void *addr, size_t length,
-                           unsigned access, vqp_dev_mr_t **mr_p,
-                           uint32_t *lkey_p, uint32_t *rkey_p);
+                           unsigned access, ucs_log_level_t level,
+                           vqp_dev_mr_t **mr_p, uint32_t *lkey_p,
+                           uint32_t *rkey_p);
     ucs_status_t (*mr_dereg)(vqp_dev_mr_t *mr);
     ucs_status_t (*cq_create)(vqp_dev_t *dev, uint32_t cqe, vqp_dev_cq_t **cq_p,
                               struct mlx5dv_cq *dv);
@@ -53,8 +57,15 @@ struct vqp_dev {
     const vqp_dev_ops_t *ops;
     vqp_dev_attr_t attr;
     vqp_dev_addr_t addr;
-    unsigned num_objs; /* live MRs, CQs, SRQs, QPs and AHs */
+    /* Live MRs, CQs, SRQs, QPs and AHs. Atomic: a registration cache
+     * deregisters MRs from UCX's async thread. */
+    unsigned num_objs;
 };
+
+static inline void vqp_dev_obj_add(vqp_dev_t *dev, int delta)
+{
+    __atomic_add_fetch(&dev->num_objs, (unsigned)delta, __ATOMIC_RELEASE);
+}
 
 struct vqp_dev_mr {
     vqp_dev_t *dev;

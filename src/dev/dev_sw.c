@@ -122,8 +122,9 @@ static unsigned vqp_dev_sw_progress(vqp_dev_t *dev)
 }
 
 static ucs_status_t vqp_dev_sw_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
-                                      unsigned access, vqp_dev_mr_t **mr_p,
-                                      uint32_t *lkey_p, uint32_t *rkey_p)
+                                      unsigned access, ucs_log_level_t level,
+                                      vqp_dev_mr_t **mr_p, uint32_t *lkey_p,
+                                      uint32_t *rkey_p)
 {
     vqp_dev_sw_mr_t *mr;
     ucs_status_t status;
@@ -133,8 +134,8 @@ static ucs_status_t vqp_dev_sw_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
         ucs_error("%s: out of memory", dev->attr.name);
         return UCS_ERR_NO_MEMORY;
     }
-    status = vqp_sw_mr_reg(vqp_dev_swd(dev), addr, length, access, &mr->mr,
-                           lkey_p, rkey_p);
+    status = vqp_sw_mr_reg_log(vqp_dev_swd(dev), addr, length, access, level,
+                               &mr->mr, lkey_p, rkey_p);
     if (status != UCS_OK) {
         free(mr);
         return status;

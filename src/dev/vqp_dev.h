@@ -114,7 +114,14 @@ unsigned vqp_dev_progress(vqp_dev_t *dev);
 
 /* ------------------------------------------------------------ queues */
 
-/* @a access: IBV_ACCESS_* mask. */
+/* Or'ed into @a access of vqp_dev_mr_reg (not an IBV_ACCESS_* bit): a
+ * registration the memory refuses (unmapped, no room) logs at diag level
+ * instead of error, for callers that retry, as UCT_MD_MEM_FLAG_HIDE_ERRORS. */
+#define VQP_DEV_MR_HIDE_ERRORS (1u << 31)
+
+/* @a access: IBV_ACCESS_* mask, optionally with VQP_DEV_MR_HIDE_ERRORS. As
+ * ibv_reg_mr, every page of the range must be mapped (else
+ * UCS_ERR_INVALID_ADDR). */
 ucs_status_t vqp_dev_mr_reg(vqp_dev_t *dev, void *addr, size_t length,
                             unsigned access, vqp_dev_mr_t **mr_p,
                             uint32_t *lkey_p, uint32_t *rkey_p);

@@ -8,15 +8,55 @@
 #include "sw_int.h"
 
 #include <ucs/debug/log.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/sys.h>
 
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #define VQP_SW_ACCESS_ALL                               \
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
+/* ibv_reg_mr pins every page and fails with EFAULT where one is not mapped;
+ * a region that passed here over a hole would only fail on an HCA (a cache
+ * merging regions across freed memory, say). mincore reports ENOMEM for an
+ * unmapped page, resident or not, one syscall per VQP_SW_MR_CHECK_PAGES. */
+#define VQP_SW_MR_CHECK_PAGES 4096u
+
+static ucs_status_t vqp_sw_mr_check_mapped(vqp_sw_dev_t *dev, void *addr,
+                                           size_t length, ucs_log_level_t level)
+{
+    unsigned char vec[VQP_SW_MR_CHECK_PAGES];
+    size_t page = ucs_get_page_size();
+    uintptr_t start, end, chunk;
+
+    start = ucs_align_down((uintptr_t)addr, page);
+    end   = ucs_align_up((uintptr_t)addr + length, page);
+    for (; start < end; start += chunk) {
+        chunk = ucs_min(end - start, (uintptr_t)VQP_SW_MR_CHECK_PAGES * page);
+        if (mincore((void *)start, chunk, vec) == 0) {
+            continue;
+        }
+        if (errno == ENOMEM) {
+            ucs_log(level,
+                    "vqp_sw %s: cannot register %p+%zu: memory at 0x%lx..0x%lx "
+                    "is not mapped",
+                    dev->name, addr, length, (unsigned long)start,
+                    (unsigned long)(start + chunk));
+            return UCS_ERR_INVALID_ADDR;
+        }
+        ucs_error("vqp_sw %s: mincore(0x%lx, %lu) failed: %m", dev->name,
+                  (unsigned long)start, (unsigned long)chunk);
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
 static ucs_status_t vqp_sw_mr_reg_locked(vqp_sw_dev_t *dev, void *addr,
                                          size_t length, unsigned access,
+                                         ucs_log_level_t level,
                                          vqp_sw_mr_t **mr_p, uint32_t *lkey_p,
                                          uint32_t *rkey_p)
 {
@@ -52,8 +92,8 @@ static ucs_status_t vqp_sw_mr_reg_locked(vqp_sw_dev_t *dev, void *addr,
         }
     }
     if (i == VQP_SW_MAX_MR) {
-        ucs_error("vqp_sw %s: too many memory regions (max %u)", dev->name,
-                  VQP_SW_MAX_MR);
+        ucs_log(level, "vqp_sw %s: too many memory regions (max %u)", dev->name,
+                VQP_SW_MAX_MR);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
     mr = calloc(1, sizeof(*mr));
@@ -82,12 +122,31 @@ static ucs_status_t vqp_sw_mr_reg_locked(vqp_sw_dev_t *dev, void *addr,
     return UCS_OK;
 }
 
+ucs_status_t vqp_sw_mr_reg_log(vqp_sw_dev_t *dev, void *addr, size_t length,
+                               unsigned access, ucs_log_level_t level,
+                               vqp_sw_mr_t **mr_p, uint32_t *lkey_p,
+                               uint32_t *rkey_p)
+{
+    ucs_status_t status;
+
+    /* Outside the device lock: the page tables are the kernel's. */
+    if ((addr != NULL) && (length > 0) &&
+        ((uintptr_t)addr + length > (uintptr_t)addr)) {
+        status = vqp_sw_mr_check_mapped(dev, addr, length, level);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    return VQP_SW_LOCKED(vqp_sw_mr_reg_locked(dev, addr, length, access, level,
+                                              mr_p, lkey_p, rkey_p));
+}
+
 ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
                            unsigned access, vqp_sw_mr_t **mr_p,
                            uint32_t *lkey_p, uint32_t *rkey_p)
 {
-    return VQP_SW_LOCKED(
-        vqp_sw_mr_reg_locked(dev, addr, length, access, mr_p, lkey_p, rkey_p));
+    return vqp_sw_mr_reg_log(dev, addr, length, access, UCS_LOG_LEVEL_ERROR,
+                             mr_p, lkey_p, rkey_p);
 }
 
 static ucs_status_t vqp_sw_mr_dereg_locked(vqp_sw_mr_t *mr)

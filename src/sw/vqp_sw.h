@@ -26,6 +26,7 @@
 
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <ucs/config/types.h>
 #include <ucs/type/status.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -129,10 +130,17 @@ void vqp_sw_qp_doorbell(vqp_sw_qp_t *qp);
 ucs_status_t vqp_sw_dev_event_fd(vqp_sw_dev_t *dev, int *fd_p);
 ucs_status_t vqp_sw_dev_arm(vqp_sw_dev_t *dev);
 
-/* Memory regions. @a access is a mask of IBV_ACCESS_* flags. */
+/* Memory regions. @a access is a mask of IBV_ACCESS_* flags. As ibv_reg_mr,
+ * every page of the range must be mapped: else UCS_ERR_INVALID_ADDR. */
 ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
                            unsigned access, vqp_sw_mr_t **mr_p,
                            uint32_t *lkey_p, uint32_t *rkey_p);
+/* The same; a refusal by the memory (unmapped, no free region) logs at
+ * @a level, for callers that retry. */
+ucs_status_t vqp_sw_mr_reg_log(vqp_sw_dev_t *dev, void *addr, size_t length,
+                               unsigned access, ucs_log_level_t level,
+                               vqp_sw_mr_t **mr_p, uint32_t *lkey_p,
+                               uint32_t *rkey_p);
 ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr);
 
 /* Completion queue of at least @a cqe entries (rounded up to a power of

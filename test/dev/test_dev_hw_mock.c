@@ -66,6 +66,7 @@ static struct {
     uint32_t max_inline; /* largest inline a QP accepts */
     int fail_query_device, fail_alloc_pd, fail_dealloc_pd;
     int fail_reg_mr, fail_create_cq, fail_create_srq;
+    unsigned reg_mr_access; /* of the last ibv_reg_mr */
     int fail_create_qp, fail_init_obj, fail_destroy;
     int fail_create_ah, fail_init_obj_ah, fail_destroy_ah;
     enum ibv_qp_state fail_modify_to; /* 0: none (RESET is never failed) */
@@ -502,10 +503,11 @@ int __wrap_ibv_dealloc_pd(struct ibv_pd *pd)
     return 0;
 }
 
-static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd)
+static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, unsigned access)
 {
     struct ibv_mr *mr;
 
+    world.reg_mr_access = access;
     if (world.fail_reg_mr) {
         errno = world.fail_reg_mr;
         return NULL;
@@ -521,14 +523,14 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd)
 struct ibv_mr *__wrap_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
                                  int access)
 {
-    return fake_reg_mr(pd);
+    return fake_reg_mr(pd, (unsigned)access);
 }
 
 struct ibv_mr *__wrap_ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
                                        size_t len, uint64_t iova,
                                        unsigned access)
 {
-    return fake_reg_mr(pd);
+    return fake_reg_mr(pd, access);
 }
 
 int __wrap_ibv_dereg_mr(struct ibv_mr *mr)
@@ -1044,6 +1046,7 @@ static void test_queue_create_errors(void **state)
     vqp_dev_cq_t *cq;
     vqp_dev_mr_t *mr;
     vqp_dev_t *dev;
+    unsigned count;
     char buf[64];
 
     assert_int_equal(vqp_dev_open("mlx5_0:1", NULL, &dev), UCS_OK);
@@ -1051,8 +1054,17 @@ static void test_queue_create_errors(void **state)
     world.fail_reg_mr = EFAULT;
     assert_int_equal(vqp_dev_mr_reg(dev, buf, sizeof(buf),
                                     IBV_ACCESS_LOCAL_WRITE, &mr, &lkey, &rkey),
-                     UCS_ERR_IO_ERROR);
+                     UCS_ERR_INVALID_ADDR);
     expect_log("ibv_reg_mr");
+    /* A caller that retries: the failure is not logged as an error. */
+    count = test_log_count;
+    assert_int_equal(
+        vqp_dev_mr_reg(dev, buf, sizeof(buf),
+                       IBV_ACCESS_LOCAL_WRITE | VQP_DEV_MR_HIDE_ERRORS, &mr,
+                       &lkey, &rkey),
+        UCS_ERR_INVALID_ADDR);
+    assert_int_equal(test_log_count, count);
+    assert_int_equal(world.reg_mr_access, IBV_ACCESS_LOCAL_WRITE);
     world.fail_reg_mr = ENOMEM;
     assert_int_equal(vqp_dev_mr_reg(dev, buf, sizeof(buf),
                                     IBV_ACCESS_LOCAL_WRITE, &mr, &lkey, &rkey),

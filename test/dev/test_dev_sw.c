@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,6 +199,51 @@ static void test_mr_errors(void **state)
         vqp_dev_mr_reg(NULL, buf, sizeof(buf), 0, &mr, &lkey, &rkey),
         UCS_ERR_INVALID_PARAM);
     expect_log("NULL device or output argument");
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+}
+
+/* As ibv_reg_mr: a range with an unmapped page is refused (an HCA cannot
+ * pin it), loudly unless VQP_DEV_MR_HIDE_ERRORS; a region whose memory is
+ * unmapped after registration stays valid until deregistered. */
+static void test_mr_unmapped(void **state)
+{
+    vqp_dev_t *dev = open_sw();
+    size_t page    = (size_t)sysconf(_SC_PAGESIZE);
+    uint32_t lkey, rkey;
+    unsigned count;
+    vqp_dev_mr_t *mr;
+    char *buf;
+
+    buf = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(munmap(buf + page, page), 0);
+    assert_int_equal(
+        vqp_dev_mr_reg(dev, buf, 3 * page, ACCESS_ALL, &mr, &lkey, &rkey),
+        UCS_ERR_INVALID_ADDR);
+    expect_log("is not mapped");
+    /* One byte into the hole is enough. */
+    assert_int_equal(
+        vqp_dev_mr_reg(dev, buf, page + 1, ACCESS_ALL, &mr, &lkey, &rkey),
+        UCS_ERR_INVALID_ADDR);
+    expect_log("is not mapped");
+    count = test_log_count;
+    assert_int_equal(vqp_dev_mr_reg(dev, buf + 2 * page - 1, 2,
+                                    ACCESS_ALL | VQP_DEV_MR_HIDE_ERRORS, &mr,
+                                    &lkey, &rkey),
+                     UCS_ERR_INVALID_ADDR);
+    assert_int_equal(test_log_count, count); /* nothing at error level */
+    /* The pages around the hole register; the flag is no access bit. */
+    assert_int_equal(vqp_dev_mr_reg(dev, buf + 2 * page, page,
+                                    ACCESS_ALL | VQP_DEV_MR_HIDE_ERRORS, &mr,
+                                    &lkey, &rkey),
+                     UCS_OK);
+    assert_int_equal(munmap(buf + 2 * page, page), 0);
+    assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
+    assert_int_equal(
+        vqp_dev_mr_reg(dev, buf, page, ACCESS_ALL, &mr, &lkey, &rkey), UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
+    assert_int_equal(munmap(buf, page), 0);
     assert_int_equal(vqp_dev_close(dev), UCS_OK);
 }
 
@@ -1259,6 +1305,7 @@ int main(void)
         cmocka_unit_test(test_open_query_close),
         cmocka_unit_test(test_mr),
         cmocka_unit_test(test_mr_errors),
+        cmocka_unit_test(test_mr_unmapped),
         cmocka_unit_test(test_cq),
         cmocka_unit_test(test_srq),
         cmocka_unit_test(test_qp),

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define KiB 1024UL
 #define MiB (1024UL * 1024UL)
@@ -74,6 +75,29 @@ static int verify(const char *what, uint8_t *buf, size_t len, int src, int dst,
             rank, what, bad, len, first, buf[first],
             pattern(src, dst, tag, first), src, tag);
     return -1;
+}
+
+/* After a failed check of one-sided data: did it arrive after the
+ * synchronization that should have waited for it (a completion reported
+ * early), or never (lost, or written elsewhere)? Tells which in the log. */
+static void late_arrival(const char *what, const uint8_t *buf, size_t len,
+                         int src, int dst, int tag)
+{
+    for (int ms = 1; ms <= 2048; ms *= 2) {
+        size_t i;
+
+        usleep(ms * 1000);
+        for (i = 0; (i < len) && (buf[i] == pattern(src, dst, tag, i)); i++) {
+        }
+        if (i == len) {
+            fprintf(stderr,
+                    "rank %d: %s: the data arrived within %d ms after the "
+                    "synchronization\n",
+                    rank, what, 2 * ms);
+            return;
+        }
+    }
+    fprintf(stderr, "rank %d: %s: the data never arrived (4 s)\n", rank, what);
 }
 
 static int check_status(const char *what, MPI_Status *st, int src, int tag,
@@ -414,7 +438,10 @@ static void test_rma_fence(size_t len)
     MPI_Get(gbuf, (int)len, MPI_BYTE, left(), (MPI_Aint)len, (int)len, MPI_BYTE,
             win);
     MPI_Win_fence(0, win);
-    ok &= verify("Put+fence", base, len, left(), rank, 20) == 0;
+    if (verify("Put+fence", base, len, left(), rank, 20) != 0) {
+        ok = 0;
+        late_arrival("Put+fence", base, len, left(), rank, 20);
+    }
     ok &= verify("Get+fence", gbuf, len, left(), 0, 21) == 0;
     report(ok, "Put and Get %zu bytes with MPI_Win_fence", len);
 

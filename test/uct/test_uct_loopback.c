@@ -8,9 +8,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <ucs/debug/log_def.h>
 #include <uct/api/uct.h>
 
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -711,6 +713,76 @@ static void registration_cache(side_t *src, side_t *dst, char *lbuf,
            "default on the software device, RCACHE=n, eviction\n");
 }
 
+/* Error and warning lines logged while registration_refused() runs. */
+static unsigned refused_errors;
+static char refused_text[512];
+
+static ucs_log_func_rc_t refused_log(const char *file, unsigned line,
+                                     const char *function,
+                                     ucs_log_level_t level,
+                                     const ucs_log_component_config_t *comp,
+                                     const char *message, va_list ap)
+{
+    if (level > UCS_LOG_LEVEL_WARN) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    ++refused_errors;
+    vsnprintf(refused_text, sizeof(refused_text), message, ap);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* Memory with an unmapped page in it cannot be registered (ibv_reg_mr
+ * says EFAULT; the software device refuses it as well). The failure is
+ * logged as an error, unless the caller asked UCT_MD_MEM_FLAG_HIDE_ERRORS:
+ * UCP and the registration cache try such ranges and fall back. */
+static void registration_refused(uct_md_h m, const char *what)
+{
+    const size_t page = 4096;
+    uct_mem_h memh;
+    char *buf;
+
+    buf = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(buf != MAP_FAILED, "mmap: %m");
+    CHECK(munmap(buf + page, page) == 0, "munmap: %m");
+    ucs_log_push_handler(refused_log);
+    refused_errors = 0;
+    CHECK(uct_md_mem_reg(m, buf, 3 * page, UCT_MD_MEM_ACCESS_ALL, &memh) !=
+              UCS_OK,
+          "%s: memory with a hole registered", what);
+    CHECK((refused_errors > 0) && (strstr(refused_text, "not mapped") != NULL),
+          "%s: the refusal logged %u lines, the last '%s'", what,
+          refused_errors, refused_text);
+    refused_errors = 0;
+    CHECK(uct_md_mem_reg(m, buf + page / 2, page,
+                         UCT_MD_MEM_ACCESS_ALL | UCT_MD_MEM_FLAG_HIDE_ERRORS,
+                         &memh) != UCS_OK,
+          "%s: memory reaching into a hole registered", what);
+    CHECK(refused_errors == 0, "%s: HIDE_ERRORS still logged '%s'", what,
+          refused_text);
+    ucs_log_pop_handler();
+    /* The mapped pages on either side still register. */
+    CHECK_OK(uct_md_mem_reg(m, buf, page, UCT_MD_MEM_ACCESS_ALL, &memh));
+    CHECK_OK(uct_md_mem_dereg(m, memh));
+    CHECK_OK(
+        uct_md_mem_reg(m, buf + 2 * page, page, UCT_MD_MEM_ACCESS_ALL, &memh));
+    CHECK_OK(uct_md_mem_dereg(m, memh));
+    CHECK(munmap(buf, page) == 0, "munmap: %m");
+    CHECK(munmap(buf + 2 * page, page) == 0, "munmap: %m");
+}
+
+static void registration_hide_errors(void)
+{
+    uct_md_h md_n;
+
+    registration_refused(md, "cached");
+    CHECK_OK(open_md_with("RCACHE", "n", &md_n));
+    registration_refused(md_n, "uncached");
+    uct_md_close(md_n);
+    printf("ok - memory with an unmapped page is refused, logged as an error "
+           "unless UCT_MD_MEM_FLAG_HIDE_ERRORS (cached and uncached)\n");
+}
+
 /* Run in a child with UCX_MEM_EVENTS=no: no cache can see unmaps. */
 static int mem_events_off(void)
 {
@@ -843,6 +915,7 @@ int main(int argc, char **argv)
     grant_without_room(lbuf, lmemh, rbuf, rkey.rkey);
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
+    registration_hide_errors();
 
     uct_rkey_release(component, &rkey);
     free(rkey_buf);
@@ -856,6 +929,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("12 passed, 0 failed\n");
+    printf("13 passed, 0 failed\n");
     return 0;
 }
