@@ -80,6 +80,50 @@ static int verify(const char *what, uint8_t *buf, size_t len, int src, int dst,
 /* After a failed check of one-sided data: did it arrive after the
  * synchronization that should have waited for it (a completion reported
  * early), or never (lost, or written elsewhere)? Tells which in the log. */
+/* Where else in this process do the @a len expected bytes lie (a write
+ * to a wrong address)? Scans the writable mappings up to 256 MiB each. */
+static void find_elsewhere(const char *what, const uint8_t *buf, size_t len,
+                           int src, int dst, int tag)
+{
+    unsigned long lo, hi;
+    char line[512], perm[8];
+    uint8_t want[64];
+    unsigned found = 0;
+    FILE *maps;
+
+    if ((len < 8) || (len > sizeof(want))) {
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        want[i] = pattern(src, dst, tag, i);
+    }
+    maps = fopen("/proc/self/maps", "r");
+    if (maps == NULL) {
+        return;
+    }
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        if ((sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) != 3) ||
+            (perm[0] != 'r') || (perm[1] != 'w') || (hi - lo > (256ul << 20)) ||
+            (strstr(line, "[vvar]") != NULL)) {
+            continue;
+        }
+        for (const uint8_t *p = (const uint8_t *)lo;
+             p + len <= (const uint8_t *)hi; p++) {
+            if ((p != want) && (*p == want[0]) && !memcmp(p, want, len) &&
+                (found++ < 4)) {
+                fprintf(stderr,
+                        "rank %d: %s: the expected bytes are at %p (window "
+                        "at %p, %+ld)\n",
+                        rank, what, (const void *)p, (const void *)buf,
+                        (long)((const uint8_t *)p - buf));
+            }
+        }
+    }
+    fclose(maps);
+    fprintf(stderr, "rank %d: %s: found the expected bytes at %u places\n",
+            rank, what, found);
+}
+
 static void late_arrival(const char *what, const uint8_t *buf, size_t len,
                          int src, int dst, int tag)
 {
@@ -98,6 +142,7 @@ static void late_arrival(const char *what, const uint8_t *buf, size_t len,
         }
     }
     fprintf(stderr, "rank %d: %s: the data never arrived (4 s)\n", rank, what);
+    find_elsewhere(what, buf, len, src, dst, tag);
 }
 
 static int check_status(const char *what, MPI_Status *st, int src, int tag,
