@@ -642,7 +642,7 @@ static void test_doorbell_exec(void **state)
         }
         assert_int_equal(ep_init(&a, open_sw()), 0);
         assert_int_equal(ep_init(&b, open_sw()), 0);
-        unsetenv("VQP_SW_EXEC");
+        setenv("VQP_SW_EXEC", "progress", 1); /* the harness's */
         /* The data path wants room for two of the largest WQEs. */
         assert_int_equal(vqp_dev_qp_destroy(a.qp), UCS_OK);
         init.send_cq      = a.cq;
