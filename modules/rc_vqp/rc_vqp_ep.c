@@ -44,11 +44,26 @@ void uct_rc_vqp_ep_set_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
     uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);
 }
 
-/* Room for one more operation (connected, the core has room). */
+/* Requests wait in the pending queue, and the caller is not the one of them
+ * being dispatched: the operation must queue behind them. Operations need
+ * different resources (an inline one room on the send QP now, a bcopy one
+ * only a place in the core's ring), so one refused for want of its own could
+ * otherwise be overtaken by a later one of another kind, and UCP matches
+ * messages in the order they arrive. PENDING is set whenever the queue is
+ * not empty, so the common case is one test of the flags. */
+static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_behind_pending(uct_rc_vqp_ep_t *ep)
+{
+    return ((ep->flags & (UCT_RC_VQP_EP_PENDING | UCT_RC_VQP_EP_DISPATCH)) ==
+            UCT_RC_VQP_EP_PENDING) &&
+           !ucs_arbiter_group_is_empty(&ep->arb_group);
+}
+
+/* Room for one more operation (connected, the core has room, nothing
+ * queued ahead of it). */
 static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_has_room(uct_rc_vqp_ep_t *ep)
 {
     return !(ep->flags & UCT_RC_VQP_EP_NOT_READY) &&
-           (vqp_send_avail(ep->vqp) != 0);
+           (vqp_send_avail(ep->vqp) != 0) && !uct_rc_vqp_ep_behind_pending(ep);
 }
 
 /* Every operation would be accepted now: room, an AM credit, and room for
@@ -258,14 +273,20 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_post(uct_rc_vqp_ep_t *ep,
     ucs_status_t status;
 
     if (ucs_unlikely(ep->flags &
-                     (UCT_RC_VQP_EP_FENCE | UCT_RC_VQP_EP_NOT_READY))) {
+                     (UCT_RC_VQP_EP_FENCE | UCT_RC_VQP_EP_NOT_READY |
+                      UCT_RC_VQP_EP_PENDING))) {
         if (ep->flags & UCT_RC_VQP_EP_NOT_READY) {
             /* Still connecting: wait in the pending queue; a connection
              * that failed was reported already. */
             return (ep->flags & UCT_RC_VQP_EP_FAILED) ? UCS_ERR_ENDPOINT_TIMEOUT
                                                       : UCS_ERR_NO_RESOURCE;
         }
-        wr->flags |= VQP_SEND_FENCE;
+        if (uct_rc_vqp_ep_behind_pending(ep)) {
+            return UCS_ERR_NO_RESOURCE;
+        }
+        if (ep->flags & UCT_RC_VQP_EP_FENCE) {
+            wr->flags |= VQP_SEND_FENCE;
+        }
     }
     status = vqp_post_send(ep->vqp, wr);
     if (ucs_likely(status == UCS_OK)) {

@@ -1341,6 +1341,135 @@ static void sem_am_flood(pair_t *p, unsigned step)
           ucs_status_string(p->err_status));
 }
 
+/* Pending requests keep their place: while one waits, every operation of
+ * the endpoint says NO_RESOURCE, also one whose own resources are there.
+ * A fence with a put in flight refuses inline operations (they cannot wait
+ * in the core) but would let an am_bcopy queue behind the put: that
+ * am_bcopy overtook the queued am_short, and UCP matches messages in the
+ * order they arrive. */
+typedef struct order_pending {
+    uct_pending_req_t req;
+    pair_t *p;
+    uint64_t seq;
+    int bcopy;
+    int calls;
+} order_pending_t;
+
+static size_t order_pack_cb(void *dest, void *arg)
+{
+    const uint64_t *seq = arg;
+    uint64_t magic      = FLOOD_MAGIC;
+
+    memcpy(dest, &magic, sizeof(magic));
+    memcpy((char *)dest + sizeof(magic), seq, sizeof(*seq));
+    return sizeof(magic) + sizeof(*seq);
+}
+
+static ucs_status_t order_am(pair_t *p, uint64_t *seq, int bcopy)
+{
+    ssize_t len;
+
+    if (!bcopy) {
+        return uct_ep_am_short(p->ep, AM_ID_DATA, FLOOD_MAGIC, seq,
+                               sizeof(*seq));
+    }
+    len = uct_ep_am_bcopy(p->ep, AM_ID_DATA, order_pack_cb, seq, 0);
+    return (len >= 0) ? UCS_OK : (ucs_status_t)len;
+}
+
+static ucs_status_t order_pending_cb(uct_pending_req_t *self)
+{
+    order_pending_t *t = ucs_container_of(self, order_pending_t, req);
+    ucs_status_t st;
+
+    ++t->calls;
+    st = order_am(t->p, &t->seq, t->bcopy);
+    CHECK((st == UCS_OK) || (st == UCS_ERR_NO_RESOURCE),
+          "AM %lu from a pending callback returned %s", (unsigned long)t->seq,
+          ucs_status_string(st));
+    return st;
+}
+
+#define ORDER_COUNT 3
+
+static void sem_pending_order(pair_t *p, unsigned step)
+{
+    uct_iov_t iov = make_iov(p, p->buf + REGION_OFF, MiB + 13);
+    uint64_t word = pattern_u64(step), seq = 1;
+    am_state_t *s = p->am_state;
+    order_pending_t req[2];
+    uint8_t back[8];
+    unpack_arg_t ua = {.dst = back, .len = sizeof(back)};
+    test_comp_t comp, gcomp;
+    pair_msg_t msg;
+    ucs_status_t st;
+    unsigned i;
+
+    if (!p->is_initiator) {
+        s->flood = 1;
+        s->count = 0;
+        s->bad   = 0;
+        pair_send(p, MSG_READY, step, 0);
+        CHECK(pair_wait_int(p, &s->count, ORDER_COUNT),
+              "pending order: %d of %d messages arrived", s->count,
+              ORDER_COUNT);
+        CHECK(!s->bad, "pending order: %s", s->why);
+        pair_recv(p, MSG_DONE, step, &msg);
+        CHECK(s->count == ORDER_COUNT, "pending order: %d messages arrived",
+              s->count);
+        s->flood = 0;
+        pair_send(p, MSG_VERDICT, step, 0);
+        return;
+    }
+    pair_recv(p, MSG_READY, step, &msg);
+    memset(req, 0, sizeof(req));
+    for (i = 0; i < 2; ++i) {
+        req[i].req.func = order_pending_cb;
+        req[i].p        = p;
+        req[i].seq      = i;
+        req[i].bcopy    = i;
+    }
+
+    /* No progress from here to the dispatch: the put stays in flight. */
+    test_comp_init(&comp, 1);
+    RETRY(p, st,
+          uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                           p->rkey.rkey, &comp.uc));
+    test_comp_returned(&comp, st, "put_zcopy before the fence");
+    CHECK_STATUS(st, UCS_INPROGRESS);
+    CHECK_STATUS(uct_ep_fence(p->ep, 0), UCS_OK);
+    CHECK_STATUS(order_am(p, &req[0].seq, 0), UCS_ERR_NO_RESOURCE);
+    CHECK_STATUS(uct_ep_pending_add(p->ep, &req[0].req, 0), UCS_OK);
+
+    /* Queued ahead: nothing may overtake it. */
+    CHECK_STATUS(order_am(p, &seq, 1), UCS_ERR_NO_RESOURCE);
+    CHECK_STATUS(uct_ep_put_short(p->ep, &word, sizeof(word),
+                                  p->remote_buf + 64, p->rkey.rkey),
+                 UCS_ERR_NO_RESOURCE);
+    CHECK_STATUS(uct_ep_put_zcopy(p->ep, &iov, 1, p->remote_buf + REGION_OFF,
+                                  p->rkey.rkey, NULL),
+                 UCS_ERR_NO_RESOURCE);
+    test_comp_init(&gcomp, 1);
+    CHECK_STATUS(uct_ep_get_bcopy(p->ep, unpack_cb, &ua, sizeof(back),
+                                  p->remote_buf + 64, p->rkey.rkey, &gcomp.uc),
+                 UCS_ERR_NO_RESOURCE);
+    CHECK_STATUS(uct_ep_flush(p->ep, 0, NULL), UCS_ERR_NO_RESOURCE);
+    CHECK_STATUS(uct_ep_pending_add(p->ep, &req[1].req, 0), UCS_OK);
+    CHECK(req[0].calls == 0, "pending callback ran without progress");
+
+    CHECK(pair_wait_int(p, &req[1].calls, 1),
+          "pending requests not dispatched within %.0f s (calls %d, %d)",
+          PAIR_WAIT_SEC, req[0].calls, req[1].calls);
+    seq = 2;
+    RETRY(p, st, order_am(p, &seq, 0));
+    CHECK_STATUS(st, UCS_OK);
+    test_comp_wait(p, &comp, UCS_OK, "put_zcopy before the fence");
+    CHECK(gcomp.calls == 0, "refused get_bcopy completed");
+    pair_flush_ep(p);
+    pair_send(p, MSG_DONE, step, 0);
+    pair_recv(p, MSG_VERDICT, step, &msg);
+}
+
 /* Destroying an endpoint with operations in flight completes each of them
  * once (UCT: canceled), without an error-handler call. Last step: the ep is
  * gone afterwards. */
@@ -1443,6 +1572,7 @@ static void run_semantics(pair_t *p, const scenario_t *sc)
     sem_flush_many(p, step++, 0);
     sem_flush_many(p, step++, 1);
     sem_am_flood(p, step++);
+    sem_pending_order(p, step++);
     if (p->is_initiator) {
         sem_bad_input(p);
     }
