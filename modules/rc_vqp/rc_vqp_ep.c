@@ -789,8 +789,7 @@ ucs_status_t uct_rc_vqp_ep_flush(uct_ep_h tl_ep, unsigned flags,
      * complete before a put or get waiting there was even posted). */
     if (!(ep->flags & UCT_RC_VQP_EP_FAILED) &&
         ((ep->flags & UCT_RC_VQP_EP_NOT_READY) ||
-         (!(ep->flags & UCT_RC_VQP_EP_DISPATCH) &&
-          !ucs_arbiter_group_is_empty(&ep->arb_group)))) {
+         uct_rc_vqp_ep_behind_pending(ep))) {
         return UCS_ERR_NO_RESOURCE;
     }
     if (vqp_ops_in_flight(ep->vqp) == 0) {
