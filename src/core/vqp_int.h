@@ -36,6 +36,9 @@
 #define VQP_OP_STRIPED     0x40u /* cut into fragments over the data QPs */
 #define VQP_OP_TAIL_POSTED 0x20u /* notify / final / NOPs posted */
 
+/* vqp->fast_ops: where the bits of operations that may go whole start. */
+#define VQP_FAST_WHOLE 16
+
 typedef enum vqp_frag_kind {
     VQP_FRAG_DATA,   /* one fragment of a striped WRITE / WRITE_IMM / READ */
     VQP_FRAG_WHOLE,  /* a whole unstriped operation on one QP */
@@ -170,7 +173,10 @@ struct vqp {
     uint32_t op_tail;
     /* Bit per opcode vqp_post_send's fast path takes: WRITE and READ, and
      * WRITE_IMM unless SPRAY or the peer takes no notifications; none until
-     * connected or once fatal is set. */
+     * connected or once fatal is set. The same bits VQP_FAST_WHOLE higher:
+     * those that go whole to the send QP when shorter than whole_max (not
+     * multi-QP WRITE_IMM, which always stripes; none over several devices,
+     * whose other keys the lean path does not record). */
     uint32_t fast_ops;
     /* Completions waiting in the CQ's wc ring still count against max_ops /
      * max_recvs, so the ring cannot overflow when the user posts without
@@ -186,6 +192,10 @@ struct vqp {
     unsigned frag_shift; /* log2(frag_size) */
     unsigned num_qps;    /* data QPs */
     uint64_t stripe_threshold;
+    /* Whole operations the lean path posts are shorter: below the stripe
+     * threshold (if striping) and the largest WQE, so their post cannot
+     * fail. */
+    uint64_t whole_max;
     /* Fragments of failed QPs waiting for a surviving QP. */
     vqp_frag_t *replay;
     uint32_t replay_mask;

@@ -1544,31 +1544,26 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
-ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
+/* Nothing waits ahead of a new operation (dispatched, no replays) and the
+ * operation ring has room: it may be posted at once. */
+static UCS_F_ALWAYS_INLINE int vqp_post_now_ok(const vqp_t *vqp, uint32_t opn)
+{
+    return (vqp->op_disp == opn) && (vqp->replay_head == vqp->replay_tail) &&
+           (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops <
+            vqp->max_ops);
+}
+
+/* A request that passed the fast path's checks (vqp_post_send_flagged's for
+ * inline ones) but not the lean path's: striped, or whole without room on
+ * the send QP, or over several devices, or too long for one WQE. */
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_accepted(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
     unsigned opcode   = wr->opcode;
     unsigned num_devs = vqp->cq->num_devs;
+    uint32_t opn      = vqp->op_tail;
     unsigned inl;
-    uint32_t opn = vqp->op_tail;
     vqp_op_t *op;
-
-    /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
-     * WRITE_IMM), or an inline WRITE / SEND (UCT's put_short and am_short),
-     * on a healthy, connected virtual QP with nothing waiting ahead of it and
-     * room in the operation ring. The checks vqp_check_send and the slow
-     * path make all pass for it. */
-    if (ucs_unlikely(((wr->flags & ~(unsigned)VQP_SEND_SIGNALED)
-                          ? ((wr->flags & ~(unsigned)(VQP_SEND_SIGNALED |
-                                                      VQP_SEND_INLINE)) ||
-                             !vqp_inline_fast(vqp, wr))
-                          : ((opcode > VQP_OP_READ) ||
-                             !(vqp->fast_ops & UCS_BIT(opcode)))) ||
-                     (vqp->op_disp != opn) ||
-                     (vqp->replay_head != vqp->replay_tail) ||
-                     (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops >=
-                      vqp->max_ops))) {
-        return vqp_post_send_slow(vqp, wr);
-    }
 
     op = vqp_op_fill(vqp, wr, num_devs);
     __builtin_prefetch(VQP_OP(vqp, opn + VQP_PREFETCH_OPS), 1);
@@ -1599,6 +1594,153 @@ ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
         vqp_advance(vqp);
     }
     return UCS_OK;
+}
+
+/* Room on @a pqp for the lean path: as vqp_pqp_has_room, but a lack of CQ
+ * credits only sends the request on (the path it takes then queues for
+ * them). */
+static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room_lean(const vqp_pqp_t *pqp)
+{
+    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
+           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
+           (pqp->cdev->credits > 0);
+}
+
+/* The lean path: a whole operation posted on the send QP @a pqp (device 0,
+ * alive, room checked) straight from the request, whose post cannot fail
+ * (one SGE shorter than the largest WQE): a WRITE / WRITE_IMM / READ, or
+ * when @a inl (a constant) an inline WRITE / SEND / SEND_IMM. The record is
+ * complete at once (posted, tail posted), as replays and reports read it.
+ * The doorbell goes last, after the fragment record, so that nothing lives
+ * across its call into a software device. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
+                    int inl, unsigned opcode)
+{
+    uint32_t opn;
+    vqp_op_t *op;
+    /* The mask keeps the length as it is (the callers checked it is
+     * shorter), and tells the WQE builder so: it skips its test. */
+    vqp_mlx5_sge_t sg = {wr->local_addr,
+                         (uint32_t)wr->length & (VQP_MLX5_MAX_MSG - 1),
+                         wr->lkey[0]};
+    unsigned flags = ((wr->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0) |
+                     (inl ? VQP_MLX5_INLINE : 0) | VQP_MLX5_HAS_ROOM |
+                     VQP_MLX5_MORE;
+    int wqe;
+
+    /* The WQE first: what it needs is dead before the records are
+     * written, which read the request again (fewer registers live). */
+    if (opcode == VQP_OP_WRITE) {
+        wqe = vqp_mlx5_post_write(&pqp->tx, &sg, 1, wr->remote_addr,
+                                  wr->rkey[0], flags);
+    } else if (inl && (opcode == VQP_OP_SEND)) {
+        wqe = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
+    } else if (inl) { /* VQP_OP_SEND_IMM */
+        wqe = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(wr->imm), flags);
+    } else if (opcode == VQP_OP_READ) {
+        wqe = vqp_mlx5_post_read(&pqp->tx, &sg, 1, wr->remote_addr, wr->rkey[0],
+                                 flags);
+    } else { /* VQP_OP_WRITE_IMM */
+        wqe = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, wr->remote_addr,
+                                      wr->rkey[0], htobe32(wr->imm), flags);
+    }
+
+    opn           = vqp->op_tail;
+    op            = VQP_OP(vqp, opn);
+    op->wr_id     = wr->wr_id;
+    op->laddr     = wr->local_addr;
+    op->length    = wr->length;
+    op->raddr     = wr->remote_addr;
+    op->lkey      = wr->lkey[0];
+    op->rkey      = wr->rkey[0];
+    op->remaining = 1;
+    op->nfrags    = 1;
+    op->posted    = 1;
+    op->first_seq = 0;
+    op->imm       = wr->imm;
+    op->status    = UCS_OK;
+    op->opcode    = opcode;
+    op->flags     = wr->flags | VQP_OP_TAIL_POSTED;
+    __builtin_prefetch(VQP_OP(vqp, opn + VQP_PREFETCH_OPS), 1);
+    vqp->op_tail = opn + 1;
+    vqp->op_disp = opn + 1;
+    ++vqp->stats.ops_posted;
+    ++vqp->stats.frags_posted;
+    vqp_frag_record(pqp, vqp_op_off(vqp, opn), VQP_FRAG_WHOLE, 0, wqe, 0);
+    vqp_mlx5_txwq_ring_last(&pqp->tx);
+    return UCS_OK;
+}
+
+/* Out of line, so that the checks before them need no registers saved;
+ * one per opcode, so that each holds one WQE builder. */
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_lean_write(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    return vqp_post_whole_lean(vqp, wr, vqp->send_qp, 0, VQP_OP_WRITE);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_lean_read(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    return vqp_post_whole_lean(vqp, wr, vqp->send_qp, 0, VQP_OP_READ);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_lean_write_imm(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    return vqp_post_whole_lean(vqp, wr, vqp->send_qp, 0, VQP_OP_WRITE_IMM);
+}
+
+/* Flags besides SIGNALED: an inline WRITE / SEND (UCT's put_short and
+ * am_short) the lean path can take, or the slow path. */
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_flagged(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    uint32_t opn = vqp->op_tail;
+
+    if (ucs_unlikely(
+            (wr->flags & ~(unsigned)(VQP_SEND_SIGNALED | VQP_SEND_INLINE)) ||
+            !vqp_inline_fast(vqp, wr) || !vqp_post_now_ok(vqp, opn))) {
+        return vqp_post_send_slow(vqp, wr);
+    }
+    if (ucs_unlikely(!(vqp->fast_ops >> VQP_FAST_WHOLE))) {
+        /* over several devices: their keys go into the record there */
+        return vqp_post_send_accepted(vqp, wr);
+    }
+    return vqp_post_whole_lean(vqp, wr, vqp->send_qp, 1, wr->opcode);
+}
+
+ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    unsigned opcode = wr->opcode;
+    uint32_t opn    = vqp->op_tail;
+    vqp_pqp_t *pqp  = vqp->send_qp;
+
+    /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
+     * WRITE_IMM) on a healthy, connected virtual QP with nothing waiting
+     * ahead of it and room in the operation ring. The checks vqp_check_send
+     * and the slow path make all pass for it. Each other case leaves by a
+     * tail call at its first failing test. */
+    if (ucs_unlikely(wr->flags & ~(unsigned)VQP_SEND_SIGNALED)) {
+        return vqp_post_send_flagged(vqp, wr);
+    }
+    if (ucs_unlikely((opcode > VQP_OP_READ) ||
+                     !(vqp->fast_ops & UCS_BIT(opcode)) ||
+                     !vqp_post_now_ok(vqp, opn))) {
+        return vqp_post_send_slow(vqp, wr);
+    }
+    if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode + VQP_FAST_WHOLE)) ||
+                     (wr->length >= vqp->whole_max) ||
+                     !vqp_pqp_has_room_lean(pqp))) {
+        return vqp_post_send_accepted(vqp, wr);
+    }
+    if (opcode == VQP_OP_WRITE) {
+        return vqp_post_send_lean_write(vqp, wr);
+    } else if (opcode == VQP_OP_READ) {
+        return vqp_post_send_lean_read(vqp, wr);
+    }
+    return vqp_post_send_lean_write_imm(vqp, wr);
 }
 
 unsigned vqp_send_avail(const vqp_t *vqp)

@@ -391,6 +391,9 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->frag_size        = params->frag_size;
     vqp->frag_shift       = ucs_ilog2(params->frag_size);
     vqp->stripe_threshold = params->stripe_threshold;
+    vqp->whole_max        = (params->num_qps > 1)
+                                ? ucs_min(params->stripe_threshold, VQP_MLX5_MAX_MSG)
+                                : VQP_MLX5_MAX_MSG;
     vqp->max_ops          = params->max_ops;
     vqp->max_recvs        = params->max_recvs;
     vqp->comp_cb          = params->comp_cb;
@@ -726,6 +729,11 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
     vqp->fast_ops  = UCS_BIT(VQP_OP_WRITE) | UCS_BIT(VQP_OP_READ);
     if (!vqp->peer_no_imm && (vqp->notify_qp == NULL)) {
         vqp->fast_ops |= UCS_BIT(VQP_OP_WRITE_IMM);
+    }
+    if (vqp->cq->num_devs == 1) {
+        vqp->fast_ops |= (vqp->fast_ops &
+                          ~((vqp->num_qps > 1) ? UCS_BIT(VQP_OP_WRITE_IMM) : 0))
+                         << VQP_FAST_WHOLE;
     }
     vqp_recv_replenish(vqp);
     return UCS_OK;

@@ -232,6 +232,18 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_flush(vqp_mlx5_txwq_t *wq)
     }
 }
 
+/* Ring for the newest WQE, posted with VQP_MLX5_MORE, as its post would
+ * have (BlueFlame when it alone is new): the caller records it between the
+ * build and the doorbell, so nothing it needs afterwards lives across the
+ * doorbell's call into a software device. */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_ring_last(vqp_mlx5_txwq_t *wq)
+{
+    uint16_t num_bb = wq->pi - wq->last_pi;
+
+    vqp_mlx5_txwq_doorbell(wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb
+                                                                        : 0);
+}
+
 /* ds of an inline segment of @a len bytes: header and data, padded. */
 static UCS_F_ALWAYS_INLINE unsigned vqp_mlx5_inl_ds(size_t len)
 {
