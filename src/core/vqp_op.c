@@ -932,10 +932,10 @@ static void vqp_dispatch(vqp_t *vqp)
 /* The device returned the old value big-endian, in the operand's size, into
  * the operation's own slot (a user buffer shared by several atomics in
  * flight would be overwritten before we got to it). */
-static UCS_F_ALWAYS_INLINE void vqp_atomic_result(const vqp_t *vqp,
-                                                  const vqp_op_t *op)
+static UCS_F_ALWAYS_INLINE void
+vqp_atomic_result(const vqp_t *vqp, const vqp_op_t *op, uint32_t opn)
 {
-    const uint64_t *slot = &vqp->atomic_res[vqp->op_head & vqp->op_mask];
+    const uint64_t *slot = &vqp->atomic_res[opn & vqp->op_mask];
     uint32_t r32;
 
     /* A ConnectX in 8-byte host-endianness mode (what Linux selects when
@@ -956,23 +956,27 @@ static int vqp_report(vqp_t *vqp)
 {
     uint32_t head = vqp->op_head;
     vqp_wc_t tmp, *wc;
+    ucs_status_t status;
     vqp_op_t *op;
+    uint8_t flags;
 
     while (vqp->op_head != vqp->op_disp) {
         op = VQP_OP(vqp, vqp->op_head);
         if (op->remaining != 0) {
             break;
         }
-        if ((op->status == UCS_OK) && vqp_opcode_is_atomic(op->opcode)) {
-            vqp_atomic_result(vqp, op);
-        }
+        flags  = op->flags;
+        status = op->status;
         ++vqp->op_head;
         ++vqp->stats.ops_completed;
-        if ((op->flags & VQP_SEND_SIGNALED) || (op->status != UCS_OK)) {
+        if (ucs_unlikely(flags & VQP_OP_ATOMIC) && (status == UCS_OK)) {
+            vqp_atomic_result(vqp, op, vqp->op_head - 1);
+        }
+        if ((flags & VQP_SEND_SIGNALED) || (status != UCS_OK)) {
             /* Poll mode: built where the user reads it (one copy). */
             wc           = (vqp->comp_cb == NULL) ? vqp_wc_slot(vqp, 0) : &tmp;
             wc->wr_id    = op->wr_id;
-            wc->status   = op->status;
+            wc->status   = status;
             wc->opcode   = op->opcode;
             wc->flags    = 0;
             wc->imm      = 0;
@@ -1513,6 +1517,7 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
     if (vqp_opcode_is_atomic(wr->opcode)) {
         VQP_OP_EXT(vqp, vqp->op_tail)->compare_add = wr->compare_add;
         VQP_OP_EXT(vqp, vqp->op_tail)->swap        = wr->swap;
+        op->flags |= VQP_OP_ATOMIC;
     }
     if ((wr->opcode == VQP_OP_FLUSH) || (wr->opcode == VQP_OP_PROBE)) {
         op->nfrags    = 0;
