@@ -105,13 +105,20 @@ static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
     return 0;
 }
 
+/* A free entry in @a pqp's fragment ring (none once dead) and room for the
+ * largest WQE in its SQ. */
+static UCS_F_ALWAYS_INLINE int vqp_pqp_has_slot(const vqp_pqp_t *pqp)
+{
+    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
+           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB);
+}
+
 /* Room in @a pqp's rings; a CQ credit too unless the caller holds one for
  * it already (@a credit_held, a constant at every call). */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room_credit(const vqp_pqp_t *pqp,
                                                        int credit_held)
 {
-    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
-           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
+    return vqp_pqp_has_slot(pqp) &&
            (credit_held || ucs_likely(pqp->cdev->credits > 0) ||
             vqp_credit_short(pqp));
 }
@@ -125,8 +132,7 @@ static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
  * it may use the entries reserved per QP for that. */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_cover_room(const vqp_pqp_t *pqp)
 {
-    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
-           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
+    return vqp_pqp_has_slot(pqp) &&
            (pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0);
 }
 
@@ -1353,6 +1359,28 @@ static ucs_status_t vqp_check_send(const vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
+/* The WQE of a whole operation: a WRITE / WRITE_IMM / READ, or when @a inl
+ * (a constant at every call) an inline WRITE / SEND / SEND_IMM; @a imm in
+ * host order. Returns the mlx5 post's result. */
+static UCS_F_ALWAYS_INLINE int vqp_post_whole_wqe(vqp_mlx5_txwq_t *tx,
+                                                  const vqp_mlx5_sge_t *sg,
+                                                  unsigned opcode, int inl,
+                                                  uint64_t raddr, uint32_t rkey,
+                                                  uint32_t imm, unsigned flags)
+{
+    if (opcode == VQP_OP_WRITE) {
+        return vqp_mlx5_post_write(tx, sg, 1, raddr, rkey, flags);
+    } else if (inl && (opcode == VQP_OP_SEND)) {
+        return vqp_mlx5_post_send(tx, sg, 1, flags);
+    } else if (inl) { /* VQP_OP_SEND_IMM */
+        return vqp_mlx5_post_send_imm(tx, sg, 1, htobe32(imm), flags);
+    } else if (opcode == VQP_OP_READ) {
+        return vqp_mlx5_post_read(tx, sg, 1, raddr, rkey, flags);
+    }
+    /* VQP_OP_WRITE_IMM */
+    return vqp_mlx5_post_write_imm(tx, sg, 1, raddr, rkey, htobe32(imm), flags);
+}
+
 /* A whole unstriped operation on @a pqp, without the generic switch: a
  * WRITE / WRITE_IMM / READ, or when @a inl (a constant at every call: the
  * WQE's size and layout then fold at compile time) an inline WRITE / SEND /
@@ -1373,21 +1401,8 @@ static UCS_F_ALWAYS_INLINE int vqp_post_whole_rdma(vqp_t *vqp, vqp_pqp_t *pqp,
         /* Let the WQE builder refuse it with its message. */
         return vqp_dispatch_op(vqp, opn);
     }
-    if (op->opcode == VQP_OP_WRITE) {
-        ret = vqp_mlx5_post_write(&pqp->tx, &sg, 1, op->raddr,
-                                  vqp_op_rkey(vqp, op, d), flags);
-    } else if (inl && (op->opcode == VQP_OP_SEND)) {
-        ret = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
-    } else if (inl) { /* VQP_OP_SEND_IMM */
-        ret = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(op->imm), flags);
-    } else if (op->opcode == VQP_OP_READ) {
-        ret = vqp_mlx5_post_read(&pqp->tx, &sg, 1, op->raddr,
-                                 vqp_op_rkey(vqp, op, d), flags);
-    } else { /* VQP_OP_WRITE_IMM */
-        ret = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, op->raddr,
-                                      vqp_op_rkey(vqp, op, d), htobe32(op->imm),
-                                      flags);
-    }
+    ret = vqp_post_whole_wqe(&pqp->tx, &sg, op->opcode, inl, op->raddr,
+                             vqp_op_rkey(vqp, op, d), op->imm, flags);
     if (ucs_unlikely(ret < 0)) {
         if (ret == UCS_ERR_NO_RESOURCE) {
             return 0;
@@ -1606,9 +1621,7 @@ vqp_post_send_accepted(vqp_t *vqp, const vqp_send_wr_t *wr)
  * them). */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room_lean(const vqp_pqp_t *pqp)
 {
-    return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
-           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB) &&
-           (pqp->cdev->credits > 0);
+    return vqp_pqp_has_slot(pqp) && (pqp->cdev->credits > 0);
 }
 
 /* The lean path: a whole operation posted on the send QP @a pqp (device 0,
@@ -1636,20 +1649,8 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
 
     /* The WQE first: what it needs is dead before the records are
      * written, which read the request again (fewer registers live). */
-    if (opcode == VQP_OP_WRITE) {
-        wqe = vqp_mlx5_post_write(&pqp->tx, &sg, 1, wr->remote_addr,
-                                  wr->rkey[0], flags);
-    } else if (inl && (opcode == VQP_OP_SEND)) {
-        wqe = vqp_mlx5_post_send(&pqp->tx, &sg, 1, flags);
-    } else if (inl) { /* VQP_OP_SEND_IMM */
-        wqe = vqp_mlx5_post_send_imm(&pqp->tx, &sg, 1, htobe32(wr->imm), flags);
-    } else if (opcode == VQP_OP_READ) {
-        wqe = vqp_mlx5_post_read(&pqp->tx, &sg, 1, wr->remote_addr, wr->rkey[0],
-                                 flags);
-    } else { /* VQP_OP_WRITE_IMM */
-        wqe = vqp_mlx5_post_write_imm(&pqp->tx, &sg, 1, wr->remote_addr,
-                                      wr->rkey[0], htobe32(wr->imm), flags);
-    }
+    wqe = vqp_post_whole_wqe(&pqp->tx, &sg, opcode, inl, wr->remote_addr,
+                             wr->rkey[0], wr->imm, flags);
 
     opn           = vqp->op_tail;
     op            = VQP_OP(vqp, opn);

@@ -232,16 +232,23 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_flush(vqp_mlx5_txwq_t *wq)
     }
 }
 
-/* Ring for the newest WQE, posted with VQP_MLX5_MORE, as its post would
- * have (BlueFlame when it alone is new): the caller records it between the
- * build and the doorbell, so nothing it needs afterwards lives across the
- * doorbell's call into a software device. */
-static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_ring_last(vqp_mlx5_txwq_t *wq)
+/* Ring for the newest WQE (@a num_bb BBs): BlueFlame when it alone is new
+ * since the last doorbell, else the 8-byte doorbell, which covers earlier
+ * batched WQEs too (a BlueFlame copy would carry only the newest). */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_ring_newest(vqp_mlx5_txwq_t *wq,
+                                                          unsigned num_bb)
 {
-    uint16_t num_bb = wq->pi - wq->last_pi;
-
     vqp_mlx5_txwq_doorbell(wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb
                                                                         : 0);
+}
+
+/* Ring for the newest WQE, posted with VQP_MLX5_MORE, as its post would
+ * have: the caller records it between the build and the doorbell, so
+ * nothing it needs afterwards lives across the doorbell's call into a
+ * software device. */
+static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_ring_last(vqp_mlx5_txwq_t *wq)
+{
+    vqp_mlx5_txwq_ring_newest(wq, (uint16_t)(wq->pi - wq->last_pi));
 }
 
 /* ds of an inline segment of @a len bytes: header and data, padded. */
@@ -341,8 +348,7 @@ vqp_mlx5_txwq_finish(vqp_mlx5_txwq_t *wq, struct mlx5_wqe_ctrl_seg *ctrl,
      * comes again, and the BlueFlame copy would wait for it. */
     __builtin_prefetch(vqp_mlx5_txwq_bb(wq, wq->pi), 1);
     if (!(flags & VQP_MLX5_MORE)) {
-        vqp_mlx5_txwq_doorbell(
-            wq, (uint16_t)(wq->pi - wq->db_pi) == num_bb ? num_bb : 0);
+        vqp_mlx5_txwq_ring_newest(wq, num_bb);
     }
 }
 

@@ -855,6 +855,33 @@ static void test_db_batch(void **state)
     assert_int_equal(bf[1], 0);
 }
 
+/* ring_last: a WQE posted with MORE and rung after the caller's own
+ * bookkeeping goes as its post would have: BlueFlame when it alone is new,
+ * the 8-byte doorbell naming it when batched WQEs precede it. */
+static void test_db_ring_last(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    uint64_t *bf       = f->qp->bf;
+    uint64_t *bf2      = (uint64_t *)((char *)bf + FAKE_BF_SIZE);
+    int idx;
+
+    idx = vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    assert_int_equal(f->qp->dbrec[MLX5_SND_DBR], 0);
+    vqp_mlx5_txwq_ring_last(&f->wq);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 1);
+    assert_memory_equal(&bf[0], ctrl_at(f, idx), 64);
+    assert_int_equal(f->wq.bf_offset, FAKE_BF_SIZE);
+
+    vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
+    idx = vqp_mlx5_post_send(&f->wq, &sge, 1, VQP_MLX5_MORE);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 1);
+    vqp_mlx5_txwq_ring_last(&f->wq);
+    assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 3);
+    assert_memory_equal(&bf2[0], ctrl_at(f, idx), 8);
+    assert_int_equal(bf2[1], 0);
+}
+
 /* A device that is told by a call: the record first, then one call per
  * doorbell (a batch: one, at its flush); the register is never touched. */
 static unsigned hook_calls;
@@ -945,6 +972,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_db_bf_too_big, tx_setup,
                                         tx_teardown),
         cmocka_unit_test_setup_teardown(test_db_batch, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_db_ring_last, tx_setup,
+                                        tx_teardown),
         cmocka_unit_test_setup_teardown(test_db_hook, tx_setup, tx_teardown),
     };
 

@@ -1288,12 +1288,35 @@ static void sem_bad_input(pair_t *p)
     pair_flush_ep(p);
 }
 
+/* The target of a step whose AMs are 16 bytes, FLOOD_MAGIC and a sequence
+ * number (the handler's flood mode): after @a delay_us without progress,
+ * @a count of them must arrive, in order, each once. */
+static void flood_target(pair_t *p, unsigned step, int count,
+                         useconds_t delay_us, const char *what)
+{
+    am_state_t *s = p->am_state;
+    pair_msg_t msg;
+
+    s->flood = 1;
+    s->count = 0;
+    s->bad   = 0;
+    pair_send(p, MSG_READY, step, 0);
+    usleep(delay_us);
+    CHECK(pair_wait_int(p, &s->count, count), "%s: %d of %d messages arrived",
+          what, s->count, count);
+    CHECK(!s->bad, "%s: %s", what, s->why);
+    pair_recv(p, MSG_DONE, step, &msg);
+    CHECK(s->count == count, "%s: %d messages arrived, expected %d", what,
+          s->count, count);
+    s->flood = 0;
+    pair_send(p, MSG_VERDICT, step, 0);
+}
+
 /* Many AMs while the target does not progress: the sender must get
  * NO_RESOURCE (not overrun the receiver), and every message must arrive
  * exactly once and in order (UCP's tag matching relies on FIFO per ep). */
 static void sem_am_flood(pair_t *p, unsigned step)
 {
-    am_state_t *s   = p->am_state;
     unsigned no_res = 0;
     double deadline;
     pair_msg_t msg;
@@ -1301,21 +1324,8 @@ static void sem_am_flood(pair_t *p, unsigned step)
     uint64_t i;
 
     if (!p->is_initiator) {
-        s->flood = 1;
-        s->count = 0;
-        s->bad   = 0;
-        pair_send(p, MSG_READY, step, 0);
-        usleep(200000); /* no progress: receive buffers run out */
-        deadline = pair_now() + PAIR_WAIT_SEC;
-        while ((s->count < FLOOD_COUNT) && (pair_now() < deadline)) {
-            pair_progress(p);
-        }
-        CHECK(s->count == FLOOD_COUNT, "flood: %d of %d messages arrived",
-              s->count, FLOOD_COUNT);
-        CHECK(!s->bad, "%s", s->why);
-        pair_recv(p, MSG_DONE, step, &msg);
-        s->flood = 0;
-        pair_send(p, MSG_VERDICT, step, 0);
+        /* No progress at first: receive buffers run out. */
+        flood_target(p, step, FLOOD_COUNT, 200000, "flood");
         return;
     }
     pair_recv(p, MSG_READY, step, &msg);
@@ -1396,7 +1406,6 @@ static void sem_pending_order(pair_t *p, unsigned step)
 {
     uct_iov_t iov = make_iov(p, p->buf + REGION_OFF, MiB + 13);
     uint64_t word = pattern_u64(step), seq = 1;
-    am_state_t *s = p->am_state;
     order_pending_t req[2];
     uint8_t back[8];
     unpack_arg_t ua = {.dst = back, .len = sizeof(back)};
@@ -1406,19 +1415,7 @@ static void sem_pending_order(pair_t *p, unsigned step)
     unsigned i;
 
     if (!p->is_initiator) {
-        s->flood = 1;
-        s->count = 0;
-        s->bad   = 0;
-        pair_send(p, MSG_READY, step, 0);
-        CHECK(pair_wait_int(p, &s->count, ORDER_COUNT),
-              "pending order: %d of %d messages arrived", s->count,
-              ORDER_COUNT);
-        CHECK(!s->bad, "pending order: %s", s->why);
-        pair_recv(p, MSG_DONE, step, &msg);
-        CHECK(s->count == ORDER_COUNT, "pending order: %d messages arrived",
-              s->count);
-        s->flood = 0;
-        pair_send(p, MSG_VERDICT, step, 0);
+        flood_target(p, step, ORDER_COUNT, 0, "pending order");
         return;
     }
     pair_recv(p, MSG_READY, step, &msg);
