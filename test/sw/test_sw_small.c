@@ -989,7 +989,7 @@ static int child_produce(pside_t *s, unsigned c, unsigned n)
  * posted, without closing; mode 't': as 'e', but the device is opened by
  * a thread that ends before any traffic (its life lock turns owner-died
  * while the process lives on); modes 'p' and 'q': producers 0 and 1
- * (child_produce). */
+ * (child_produce), once the parent says go. */
 static int child_main(int rfd, int wfd, char mode, unsigned n)
 {
     struct mlx5_cqe64 cqe;
@@ -1019,6 +1019,12 @@ static int child_main(int rfd, int wfd, char mode, unsigned n)
         return 0;
     }
     if ((mode == 'p') || (mode == 'q')) {
+        /* Only once the parent's QP is connected and its receives posted:
+         * a SEND to a QP not yet in RTR gets no ACK, and three retries of
+         * about 1 ms fail ours if the parent is descheduled meanwhile. */
+        if (xread(rfd, &c, 1) != 0) {
+            return 16;
+        }
         ret = (void *)(intptr_t)child_produce(&s, (unsigned)(mode - 'p'), n);
         if (ret != NULL) {
             return (int)(intptr_t)ret;
@@ -1279,6 +1285,7 @@ static void test_stage_two_producers(void **state)
                               s.buf + (c * PROD_RQ + k) * PROD_SLOT, PROD_SLOT,
                               s.lkey);
         }
+        assert_int_equal(write(to[c], "g", 1), 1);
     }
     while ((got[0] < n) || (got[1] < n)) {
         assert_int_equal(sw_test_poll(&s.dev, 1, &s.rcq, &cqe, 5000), 0);
