@@ -1674,7 +1674,13 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
     ++vqp->stats.ops_posted;
     ++vqp->stats.frags_posted;
     vqp_frag_record(pqp, vqp_op_off(vqp, opn), VQP_FRAG_WHOLE, 0, wqe, 0);
-    vqp_mlx5_txwq_ring_last(&pqp->tx);
+    if (inl) {
+        vqp_mlx5_txwq_ring_last(&pqp->tx);
+    } else {
+        /* Its size known at compile time: the doorbell's BlueFlame copy
+         * folds to one BB, as the bare post's does. */
+        vqp_mlx5_txwq_ring_newest(&pqp->tx, VQP_MLX5_RDMA_1SGE_BB);
+    }
     return UCS_OK;
 }
 

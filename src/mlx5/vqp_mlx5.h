@@ -77,6 +77,10 @@ enum {
 
 #define VQP_MLX5_MAX_MSG (1ul << 31) /* bytes per WQE */
 
+/* BBs of a WRITE / WRITE_IMM / READ with at most one data segment, not
+ * inline: ctrl, raddr and data segment, 48 bytes. */
+#define VQP_MLX5_RDMA_1SGE_BB 1
+
 /* opmod of MLX5_OPCODE_ATOMIC_MASKED_CS/FA: extended atomic (bit 3) with
  * log2(operand bytes) - 2 in bits 2:0 (0: 4 bytes, 1: 8 bytes). */
 #define VQP_MLX5_OPMOD_EXT_ATOMIC(_size) (0x8 | ((_size) == 8 ? 1 : 0))
