@@ -377,7 +377,13 @@ static ucs_status_t vqp_post_frag(vqp_t *vqp, vqp_pqp_t *pqp, uint32_t opn,
         /* Beyond 4 GiB the length must not wrap into a small one: clipped,
          * the WQE builder refuses it. */
         sg.length = (uint32_t)ucs_min(op->length, UINT32_MAX);
-        flags     = (op->flags & VQP_SEND_SIGNALED) ? VQP_MLX5_SIGNALED : 0;
+        /* Off the send QP (a replay, or the send QP died), an unsignaled
+         * WQE may be its QP's last one for good: nothing would complete it
+         * (covers are for the send QP), and every later operation would
+         * wait for it. Data QPs signal every WQE. */
+        flags = ((op->flags & VQP_SEND_SIGNALED) || (pqp != vqp->send_qp))
+                    ? VQP_MLX5_SIGNALED
+                    : 0;
         if (op->flags & VQP_SEND_INLINE) {
             flags |= VQP_MLX5_INLINE;
         }

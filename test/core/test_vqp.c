@@ -1052,6 +1052,81 @@ static void test_inline_not_replayed(void **state)
     pair_destroy(&p);
 }
 
+/* The send QP fails with whole WRITEs and READs in flight (signaled or not,
+ * zero bytes too): each is replayed on a data QP and lands where it was
+ * meant to, with its keys (a wrong key fails the replay), local and remote
+ * addresses not swapped. An unsignaled one is signaled there: it may be its
+ * QP's last WQE, which nothing else would complete, and every later
+ * completion would wait for it. */
+static void test_whole_replay(void **state)
+{
+    static const struct {
+        vqp_opcode_t opcode;
+        unsigned flags;
+        uint64_t loff, roff, len;
+    } ops[] = {
+        {VQP_OP_WRITE, VQP_SEND_SIGNALED, 100, 300000, 1000},
+        {VQP_OP_READ, 0, 200000, 40000, 3000},
+        {VQP_OP_WRITE, VQP_SEND_SIGNALED, 0, 0, 0},
+        {VQP_OP_READ, VQP_SEND_SIGNALED, 600000, 500000, 20000},
+        {VQP_OP_WRITE, VQP_SEND_SIGNALED, 700000, 800000, 32 * 1024 - 1},
+    };
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    size_t span         = 1u << 20;
+    unsigned i, n = ucs_static_array_size(ops), nsig = 0;
+    char *orig_a, *orig_b;
+    vqp_send_wr_t wr;
+    vqp_stats_t stats;
+    pair_t p;
+
+    pair_create(&p, &params);
+    orig_a = malloc(span);
+    orig_b = malloc(span);
+    assert_non_null(orig_a);
+    assert_non_null(orig_b);
+    fill_pattern(p.a.buf, span, 3);
+    fill_pattern(p.b.buf, span, 5);
+    memcpy(orig_a, p.a.buf, span);
+    memcpy(orig_b, p.b.buf, span);
+    for (i = 0; i < n; ++i) {
+        /* below the stripe threshold: whole, on the send QP */
+        assert_true(ops[i].len < params.stripe_threshold);
+        wr = make_wr(&p.a, &p.b, ops[i].opcode, i, ops[i].loff, ops[i].roff,
+                     ops[i].len);
+        wr.flags = ops[i].flags;
+        nsig += !!(ops[i].flags & VQP_SEND_SIGNALED);
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    /* The engine has not run: every WQE is flushed. */
+    assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->send_qp->dev_qp), UCS_OK);
+    pair_wait(&p, nsig, 0);
+    for (i = 0; i < nsig; ++i) {
+        assert_int_equal(p.a.wcs[i].status, UCS_OK);
+    }
+    assert_int_equal(p.a.wcs[0].wr_id, 0);
+    assert_int_equal(p.a.wcs[nsig - 1].wr_id, n - 1);
+    vqp_query_stats(p.a.vqp, &stats);
+    assert_int_equal(stats.frags_replayed, n);
+    for (i = 0; i < n; ++i) {
+        if (ops[i].opcode == VQP_OP_WRITE) {
+            assert_memory_equal(p.b.buf + ops[i].roff, orig_a + ops[i].loff,
+                                ops[i].len);
+        } else {
+            assert_memory_equal(p.a.buf + ops[i].loff, orig_b + ops[i].roff,
+                                ops[i].len);
+        }
+    }
+    /* Nothing where swapped addresses would have put it. */
+    assert_memory_equal(p.b.buf + 100, orig_b + 100, 1000);
+    assert_memory_equal(p.a.buf + 40000, orig_a + 40000, 3000);
+    assert_memory_equal(p.b.buf + 200000, orig_b + 200000, 3000);
+    pair_idle(&p, 100);
+    assert_int_equal(p.a.nwcs, nsig);
+    free(orig_a);
+    free(orig_b);
+    pair_destroy(&p);
+}
+
 /* @a n unsignaled 8-byte WRITEs of tagged words from a to b, the last one
  * signaled. @a may_wait: a post may be refused for room (progress and
  * retry, bounded); otherwise each must be accepted at once. */
@@ -2411,6 +2486,7 @@ int main(void)
         cmocka_unit_test(test_qp_failure_dqplb),
         cmocka_unit_test(test_qp_failure_spray),
         cmocka_unit_test(test_inline_not_replayed),
+        cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
         cmocka_unit_test(test_max_ops_beyond_sq),
         cmocka_unit_test(test_cancel_after_unsignaled),
