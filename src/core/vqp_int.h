@@ -131,18 +131,23 @@ _Static_assert(sizeof(vqp_pqp_t) == 3 * 64, "vqp_pqp_t: three cache lines");
 
 /* An operation: one cache line, written once by the post and read by its
  * fragments' completions and the report. What only some operations need is
- * in vqp_op_ext_t. */
+ * in vqp_op_ext_t. The lean path (whole WRITE / WRITE_IMM / READ on the
+ * send QP, device 0) writes only what reports and completions read
+ * (wr_id, length, the counters, status, opcode, flags), not the request's
+ * addresses, keys and immediate: its WQE holds them until its CQE, and a
+ * failure that replays it reads them back from there first
+ * (vqp_op_from_wqe). */
 typedef struct vqp_op {
     uint64_t wr_id;
     uint64_t laddr;
     uint64_t length;
     uint64_t raddr;
-    uint32_t lkey; /* the first device's; the others' in vqp_op_ext_t */
-    uint32_t rkey;
     uint32_t remaining; /* WQEs still to complete (posted or not) */
     uint32_t nfrags;    /* data fragments in all */
     uint32_t posted;    /* data fragments posted */
     uint32_t first_seq; /* DQPLB */
+    uint32_t lkey;      /* the first device's; the others' in vqp_op_ext_t */
+    uint32_t rkey;
     uint32_t imm;
     ucs_status_t status; /* first error */
     uint8_t opcode;      /* vqp_opcode_t */

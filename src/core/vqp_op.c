@@ -1069,7 +1069,27 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     }
 }
 
-static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
+/* Whole operation @a op's WQE at @a wqe on @a pqp failed and is to be
+ * replayed: its addresses, keys and immediate into the record, which the
+ * lean path left without them. The WQE is still in the SQ: a dead QP posts
+ * nothing. On device 0 only, whose keys are the record's (the send QP is
+ * there; a replay on another device's QP has its record complete). */
+static void vqp_op_from_wqe(const vqp_pqp_t *pqp, vqp_op_t *op, uint16_t wqe)
+{
+    vqp_mlx5_sge_t sg;
+    __be32 imm;
+
+    if (pqp->dev != 0) {
+        return;
+    }
+    vqp_mlx5_txwq_read_rdma(&pqp->tx, wqe, &op->raddr, &op->rkey, &sg, &imm);
+    op->laddr = sg.addr;
+    op->lkey  = sg.lkey;
+    op->imm   = be32toh(imm);
+}
+
+static void vqp_frag_done(vqp_t *vqp, vqp_pqp_t *pqp, vqp_frag_t *f,
+                          ucs_status_t status)
 {
     vqp_op_t *op;
     int dqplb;
@@ -1093,6 +1113,9 @@ static void vqp_frag_done(vqp_t *vqp, vqp_frag_t *f, ucs_status_t status)
         ((f->kind == VQP_FRAG_DATA) || (f->kind == VQP_FRAG_FINAL) ||
          ((f->kind == VQP_FRAG_WHOLE) && vqp_op_is_idempotent(op) &&
           !(op->flags & VQP_SEND_INLINE)))) {
+        if (f->kind == VQP_FRAG_WHOLE) {
+            vqp_op_from_wqe(pqp, op, f->wqe);
+        }
         vqp->replay[vqp->replay_tail++ & vqp->replay_mask] = *f;
         return;
     }
@@ -1139,10 +1162,10 @@ static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
         f = vqp_pqp_frag(pqp, pqp->frag_head++);
         ++pqp->cdev->credits;
         if (f->wqe == wqe_counter) {
-            vqp_frag_done(vqp, f, status);
+            vqp_frag_done(vqp, pqp, f, status);
             return;
         }
-        vqp_frag_done(vqp, f, UCS_OK);
+        vqp_frag_done(vqp, pqp, f, UCS_OK);
     }
     ucs_error("vqp %p: QP 0x%x: CQE for WQE %u that was not posted", vqp,
               pqp->qpn, wqe_counter);
@@ -1658,19 +1681,15 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
     wqe = vqp_post_whole_wqe(&pqp->tx, &sg, opcode, inl, wr->remote_addr,
                              wr->rkey[0], wr->imm, flags);
 
+    /* Not the addresses, keys and immediate: in the WQE (vqp_op_t). */
     opn           = vqp->op_tail;
     op            = VQP_OP(vqp, opn);
     op->wr_id     = wr->wr_id;
-    op->laddr     = wr->local_addr;
     op->length    = wr->length;
-    op->raddr     = wr->remote_addr;
-    op->lkey      = wr->lkey[0];
-    op->rkey      = wr->rkey[0];
     op->remaining = 1;
     op->nfrags    = 1;
     op->posted    = 1;
     op->first_seq = 0;
-    op->imm       = wr->imm;
     op->status    = UCS_OK;
     op->opcode    = opcode;
     op->flags     = wr->flags | VQP_OP_TAIL_POSTED;

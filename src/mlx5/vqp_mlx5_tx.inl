@@ -128,6 +128,34 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_complete(vqp_mlx5_txwq_t *wq,
         wqe_counter + vqp_mlx5_ctrl_num_bb(vqp_mlx5_txwq_bb(wq, wqe_counter));
 }
 
+/* Read back the WRITE / WRITE_IMM / READ posted at @a index, not inline and
+ * of at most one data segment: its remote address and key, its buffer
+ * (length 0, address and key 0 when it has no data segment) and its
+ * immediate (big-endian). Valid until ci passes the WQE: nothing overwrites
+ * it before, and a device only reads the SQ. Cold: for a caller that
+ * recorded the request nowhere else. */
+static inline void vqp_mlx5_txwq_read_rdma(const vqp_mlx5_txwq_t *wq,
+                                           uint16_t index, uint64_t *raddr,
+                                           uint32_t *rkey, vqp_mlx5_sge_t *sge,
+                                           __be32 *imm)
+{
+    struct mlx5_wqe_ctrl_seg *ctrl = vqp_mlx5_txwq_bb(wq, index);
+    const struct mlx5_wqe_raddr_seg *rseg;
+    const struct mlx5_wqe_data_seg *dseg;
+
+    rseg   = vqp_mlx5_txwq_next_seg(wq, ctrl);
+    *raddr = be64toh(rseg->raddr);
+    *rkey  = be32toh(rseg->rkey);
+    *imm   = ctrl->imm;
+    if ((be32toh(ctrl->qpn_ds) & 0x3f) < 3) {
+        *sge = (vqp_mlx5_sge_t){0, 0, 0};
+        return;
+    }
+    dseg = vqp_mlx5_txwq_next_seg(wq, (void *)rseg);
+    *sge = (vqp_mlx5_sge_t){be64toh(dseg->addr), be32toh(dseg->byte_count),
+                            be32toh(dseg->lkey)};
+}
+
 /* Two adjacent big-endian 32-bit fields of a WQE in one 8-byte store. The
  * BlueFlame copy reads the WQE back in 8-byte words, and a load is served
  * from the store buffer only when a single store covers it: otherwise it

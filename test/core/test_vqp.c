@@ -1055,9 +1055,11 @@ static void test_inline_not_replayed(void **state)
 /* The send QP fails with whole WRITEs and READs in flight (signaled or not,
  * zero bytes too): each is replayed on a data QP and lands where it was
  * meant to, with its keys (a wrong key fails the replay), local and remote
- * addresses not swapped. An unsignaled one is signaled there: it may be its
- * QP's last WQE, which nothing else would complete, and every later
- * completion would wait for it. */
+ * addresses not swapped. The lean path posted them and left their records
+ * without addresses, keys and immediate: the replay reads them back from
+ * the failed WQEs. An unsignaled one is signaled there: it may be its QP's
+ * last WQE, which nothing else would complete, and every later completion
+ * would wait for it. */
 static void test_whole_replay(void **state)
 {
     static const struct {

@@ -226,6 +226,61 @@ static void test_write_zero_length(void **state)
     check_dseg(seg_at(f, idx, 2), &sges[1]);
 }
 
+/* read_rdma gives back what a WRITE / WRITE_IMM / READ was posted with,
+ * also in the ring's last BB and after the index passed the ring's size;
+ * a WQE without data segment reads as an empty buffer. */
+static void test_read_rdma(void **state)
+{
+    tx_fixture_t *f    = *state;
+    vqp_mlx5_sge_t sge = {0x1122334455667788ull, 4096, 0xabcd};
+    vqp_mlx5_sge_t got;
+    uint64_t raddr;
+    uint32_t rkey;
+    unsigned i;
+    __be32 imm;
+    int idx[4];
+
+    for (i = 0; i < 62; ++i) {
+        vqp_mlx5_txwq_complete(&f->wq, (uint16_t)vqp_mlx5_post_nop(&f->wq, 0));
+    }
+    idx[0] = vqp_mlx5_post_write(&f->wq, &sge, 1, 0xfeedface0000ull, 0x5678,
+                                 VQP_MLX5_HAS_ROOM);
+    idx[1] = vqp_mlx5_post_write_imm(&f->wq, &sge, 1, 0xabc0, 0x9a,
+                                     htobe32(0xdeadbeef), 0);
+    idx[2] = vqp_mlx5_post_read(&f->wq, &sge, 1, 0x777000, 0x42, 0);
+    idx[3] = vqp_mlx5_post_write(&f->wq, NULL, 0, 0x4000, 9, 0);
+    assert_int_equal(idx[1], 63); /* the ring's last BB */
+    assert_int_equal(idx[3], 65); /* past the ring's size */
+
+    vqp_mlx5_txwq_read_rdma(&f->wq, (uint16_t)idx[0], &raddr, &rkey, &got,
+                            &imm);
+    assert_true(raddr == 0xfeedface0000ull);
+    assert_int_equal(rkey, 0x5678);
+    assert_true(got.addr == sge.addr);
+    assert_int_equal(got.length, sge.length);
+    assert_int_equal(got.lkey, sge.lkey);
+    assert_int_equal(imm, 0);
+    vqp_mlx5_txwq_read_rdma(&f->wq, (uint16_t)idx[1], &raddr, &rkey, &got,
+                            &imm);
+    assert_true(raddr == 0xabc0);
+    assert_int_equal(rkey, 0x9a);
+    assert_true(got.addr == sge.addr);
+    assert_int_equal(be32toh(imm), 0xdeadbeef);
+    vqp_mlx5_txwq_read_rdma(&f->wq, (uint16_t)idx[2], &raddr, &rkey, &got,
+                            &imm);
+    assert_true(raddr == 0x777000);
+    assert_int_equal(rkey, 0x42);
+    assert_int_equal(got.length, sge.length);
+    assert_int_equal(got.lkey, sge.lkey);
+    vqp_mlx5_txwq_read_rdma(&f->wq, (uint16_t)idx[3], &raddr, &rkey, &got,
+                            &imm);
+    assert_true(raddr == 0x4000);
+    assert_int_equal(rkey, 9);
+    assert_true(got.addr == 0);
+    assert_int_equal(got.length, 0);
+    assert_int_equal(got.lkey, 0);
+}
+
 static void test_write_imm_send(void **state)
 {
     tx_fixture_t *f        = *state;
@@ -966,6 +1021,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_complete_accounting, tx_setup,
                                         tx_teardown),
         cmocka_unit_test_setup_teardown(test_wrap, tx_setup, tx_teardown),
+        cmocka_unit_test_setup_teardown(test_read_rdma, tx_setup, tx_teardown),
         cmocka_unit_test_setup_teardown(test_pi_wrap16, tx_setup, tx_teardown),
         cmocka_unit_test_setup_teardown(test_db_mmio, tx_setup, tx_teardown),
         cmocka_unit_test_setup_teardown(test_db_record, tx_setup, tx_teardown),
