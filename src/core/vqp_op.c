@@ -979,8 +979,7 @@ static int vqp_report(vqp_t *vqp)
         }
         flags  = op->flags;
         status = op->status;
-        ++vqp->op_head;
-        ++vqp->stats.ops_completed;
+        ++vqp->op_head; /* and so ops_completed (vqp_query_stats) */
         if (ucs_unlikely(flags & VQP_OP_ATOMIC) && (status == UCS_OK)) {
             vqp_atomic_result(vqp, op, vqp->op_head - 1);
         }

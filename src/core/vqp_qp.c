@@ -743,7 +743,11 @@ void vqp_query_stats(const vqp_t *vqp, vqp_stats_t *stats)
 {
     unsigned i;
 
-    *stats           = vqp->stats;
+    *stats = vqp->stats;
+    /* Every operation posted entered the ring and leaves it at its report:
+     * no counter per completion. */
+    stats->ops_completed =
+        vqp->stats.ops_posted - VQP_RING_COUNT(vqp->op_head, vqp->op_tail);
     stats->qps_alive = 0;
     for (i = 0; i < vqp->num_pqps; ++i) {
         stats->qps_alive += vqp->qps[i].alive;
