@@ -35,7 +35,12 @@ enum {
     UCT_RC_VQP_CM_REQ  = 1, /* active -> passive: connect to my QPs */
     UCT_RC_VQP_CM_REP  = 2, /* passive -> active: connected, here are mine */
     UCT_RC_VQP_CM_REJ  = 3, /* passive -> active: cannot, status says why */
-    UCT_RC_VQP_CM_DISC = 4  /* active -> passive: endpoint destroyed */
+    UCT_RC_VQP_CM_DISC = 4, /* active -> passive: endpoint destroyed */
+    /* active -> passive: the REP arrived, my QPs are connected to yours.
+     * Until it (or a message) comes, the passive endpoint is unconfirmed:
+     * its probes would fail whenever the active side simply has not read
+     * the REP yet (a process busy elsewhere), so keepalive leaves it be. */
+    UCT_RC_VQP_CM_RTU = 5
 };
 
 /* Every datagram starts with this header (little endian), then the
@@ -66,6 +71,8 @@ static const char *uct_rc_vqp_cm_type_str(unsigned type)
         return "REJ";
     case UCT_RC_VQP_CM_DISC:
         return "DISC";
+    case UCT_RC_VQP_CM_RTU:
+        return "RTU";
     default:
         return "?";
     }
@@ -386,6 +393,25 @@ static void uct_rc_vqp_cm_handle_rep(uct_rc_vqp_iface_t *iface,
     }
     ucs_debug("rc_vqp cm: ep %p connected (request 0x%lx, %u attempts)",
               conn->ep, id, conn->attempts);
+    /* Best effort: a lost RTU only leaves the passive endpoint unprobed
+     * until traffic confirms it (uct_rc_vqp_cm_confirm). */
+    uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn, UCT_RC_VQP_CM_RTU, id,
+                       NULL, UCS_OK);
+}
+
+/* The active side connected to this passive endpoint (its RTU arrived). */
+static void uct_rc_vqp_cm_handle_rtu(uct_rc_vqp_iface_t *iface,
+                                     const uct_rc_vqp_cm_hdr_t *hdr)
+{
+    uct_rc_vqp_cm_conn_t *conn;
+
+    ++iface->cm.stats.rtus_received;
+    conn = uct_rc_vqp_cm_find(&iface->cm.passive, le64toh(hdr->id));
+    if (conn == NULL) {
+        ucs_debug("rc_vqp cm: RTU for unknown request 0x%lx", le64toh(hdr->id));
+        return;
+    }
+    conn->confirmed = 1;
 }
 
 static void uct_rc_vqp_cm_handle_rej(uct_rc_vqp_iface_t *iface,
@@ -476,6 +502,9 @@ static void uct_rc_vqp_cm_handle_msg(uct_rc_vqp_iface_t *iface, const char *msg,
     case UCT_RC_VQP_CM_DISC:
         uct_rc_vqp_cm_handle_disc(iface, &hdr);
         return;
+    case UCT_RC_VQP_CM_RTU:
+        uct_rc_vqp_cm_handle_rtu(iface, &hdr);
+        return;
     default:
         ucs_diag("rc_vqp cm: datagram of unknown type %u", hdr.type);
         break;
@@ -550,7 +579,11 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface, int drained)
 /* A passive endpoint is the peer's: nobody here calls uct_ep_check on it.
  * Probe the idle ones now and then, so one whose peer died without a DISC
  * fails (and is released) instead of keeping its QPs until the interface
- * closes. Busy ones fail by their own operations. */
+ * closes. Busy ones fail by their own operations. Unconfirmed ones are left
+ * alone: their probe fails as long as the active side has not read our REP,
+ * which a process busy with another worker may not do for many seconds
+ * (Open MPI's osc creates its endpoints, then waits on the pml's). Released
+ * then, the endpoint's QPs were gone when the REP was finally read. */
 static void uct_rc_vqp_cm_keepalive(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
@@ -562,7 +595,8 @@ static void uct_rc_vqp_cm_keepalive(uct_rc_vqp_iface_t *iface)
     }
     cm->next_keepalive = now + cm->keepalive;
     kh_foreach_value(&cm->passive, conn, {
-        if (!(conn->ep->flags &
+        if (conn->confirmed &&
+            !(conn->ep->flags &
               (UCT_RC_VQP_EP_FAILED | UCT_RC_VQP_EP_NOT_READY)) &&
             (vqp_ops_in_flight(conn->ep->vqp) == 0)) {
             ++cm->stats.keepalives;

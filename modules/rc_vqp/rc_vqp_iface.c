@@ -121,7 +121,8 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
     {"KEEPALIVE_INTERVAL", "20s",
      "How often an interface checks, while idle, that the peers of the\n"
      "endpoints it created for their connections (to its interface address)\n"
-     "are still there; one whose peer is gone is released. The user's own\n"
+     "are still there (once the peer said it connected); one whose peer is\n"
+     "gone is released. The user's own\n"
      "endpoints are checked by uct_ep_check (UCP's keepalive). 0 or inf:\n"
      "never.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, keepalive_interval),

@@ -66,6 +66,7 @@ typedef enum {
     SC_FENCE_UNSIGNALED,
     SC_AM_NULL,
     SC_CONNECT,
+    SC_CONNECT_SLOW,
     SC_EVENTS
 } sc_kind_t;
 
@@ -2068,6 +2069,64 @@ static void run_connect(pair_t *p, const scenario_t *sc)
           ucs_status_string(p->err_status));
 }
 
+/* The active side of a connection reads the REP only seconds later (a
+ * process busy with another worker, as Open MPI's after its osc created
+ * endpoints), while the target's keepalive runs every 0.3 s: the passive
+ * endpoint must wait for it, not be probed and released as unreachable,
+ * and the connection must then carry data. */
+#define SLOW_CONNECT_SEC 2.5
+
+static void run_connect_slow(pair_t *p, const scenario_t *sc)
+{
+    const uint64_t raddr = p->remote_buf + REGION_OFF;
+    uint64_t v           = 0x5107c0;
+    double deadline;
+    pair_msg_t msg;
+    ucs_status_t st;
+    uct_ep_h ep, saved;
+
+    if (!p->is_initiator) {
+        uint64_t *w = (uint64_t *)(p->buf + REGION_OFF);
+
+        ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DIAG;
+        ucs_log_push_handler(released_log);
+        /* Progresses (keepalive included) while the initiator is silent. */
+        pair_recv(p, MSG_READY, 1, &msg);
+        ucs_log_pop_handler();
+        CHECK(released_passive == 0,
+              "the passive endpoint of a connection still being set up was "
+              "released as unreachable (%d)",
+              released_passive);
+        CHECK(w[0] == v, "the put over the slow connection wrote 0x%lx",
+              (unsigned long)w[0]);
+        pair_send(p, MSG_DONE, 1, 0);
+        pair_end(p, 2);
+        return;
+    }
+    ep = pair_ep_to_iface(p, p->peer_iface_addr); /* the REQ goes now */
+    usleep((useconds_t)(SLOW_CONNECT_SEC * 1e6));
+    deadline = pair_now() + PAIR_WAIT_SEC;
+    while ((st = uct_ep_put_short(ep, &v, sizeof(v), raddr, p->rkey.rkey)) ==
+           UCS_ERR_NO_RESOURCE) {
+        CHECK(pair_now() < deadline, "not connected after %.0f s",
+              PAIR_WAIT_SEC);
+        pair_progress(p);
+    }
+    CHECK_STATUS(st, UCS_OK);
+    saved = p->ep;
+    p->ep = ep;
+    pair_flush_ep(p);
+    p->ep = saved;
+    CHECK(p->err_calls == 0, "error handler ran: %s",
+          ucs_status_string(p->err_status));
+    pair_send(p, MSG_READY, 1, 0);
+    pair_recv(p, MSG_DONE, 1, &msg);
+    uct_ep_destroy(ep);
+    pair_end(p, 2);
+    printf("  connected after %.1f s of silence; the put arrived\n",
+           SLOW_CONNECT_SEC);
+}
+
 /* ------------------------------------------------------ events (sleep) */
 
 /* Both sides sleep in poll() on the interface's event fd whenever
@@ -2361,6 +2420,9 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     case SC_CONNECT:
         run_connect(&p, sc);
         break;
+    case SC_CONNECT_SLOW:
+        run_connect_slow(&p, sc);
+        break;
     case SC_EVENTS:
         run_events(&p, sc);
         break;
@@ -2553,6 +2615,10 @@ static const scenario_t ci_scenarios[] = {
      .kind = SC_KILL_BUSY,
      .cfg  = CFGI(4, "dqplb", 0),
      .exec = "progress"},
+    {.name = "connection manager: the active side reads the REP after "
+             "2.5 s, keepalive 0.3 s",
+     .kind = SC_CONNECT_SLOW,
+     .cfg  = CFGI_WITH(keepalive, "0.3s")},
     {.name = "killed idle peer qps=4 via interface address, keepalive 0.3 s",
      .kind = SC_KILL_IDLE,
      .cfg  = CFGI_WITH(keepalive, "0.3s")},
