@@ -121,7 +121,10 @@ enum {
     /* A request of its pending queue is being dispatched: a flush from it
      * does not wait for the queue (the request itself is its head). */
     UCT_RC_VQP_EP_DISPATCH = 1u << 6,
-    UCT_RC_VQP_EP_GRANT    = 1u << 7 /* on the iface's grant_eps list */
+    UCT_RC_VQP_EP_GRANT    = 1u << 7, /* on the iface's grant_eps list */
+    /* Passive, and the active side has not said it connected yet (RTU
+     * datagram or a first message): the keepalive leaves it unprobed. */
+    UCT_RC_VQP_EP_UNCONFIRMED = 1u << 8
 };
 
 typedef struct uct_rc_vqp_ep {

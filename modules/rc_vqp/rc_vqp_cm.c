@@ -331,7 +331,7 @@ static void uct_rc_vqp_cm_handle_req(uct_rc_vqp_iface_t *iface,
         goto reject;
     }
     ep = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
-    ep->flags |= UCT_RC_VQP_EP_PASSIVE;
+    ep->flags |= UCT_RC_VQP_EP_PASSIVE | UCT_RC_VQP_EP_UNCONFIRMED;
 
     conn = ucs_calloc(1, sizeof(*conn), "rc_vqp_cm_conn");
     if (conn == NULL) {
@@ -394,7 +394,7 @@ static void uct_rc_vqp_cm_handle_rep(uct_rc_vqp_iface_t *iface,
     ucs_debug("rc_vqp cm: ep %p connected (request 0x%lx, %u attempts)",
               conn->ep, id, conn->attempts);
     /* Best effort: a lost RTU only leaves the passive endpoint unprobed
-     * until traffic confirms it (uct_rc_vqp_cm_confirm). */
+     * until a message confirms it (uct_rc_vqp_ep_recv). */
     uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn, UCT_RC_VQP_CM_RTU, id,
                        NULL, UCS_OK);
 }
@@ -411,7 +411,7 @@ static void uct_rc_vqp_cm_handle_rtu(uct_rc_vqp_iface_t *iface,
         ucs_debug("rc_vqp cm: RTU for unknown request 0x%lx", le64toh(hdr->id));
         return;
     }
-    conn->confirmed = 1;
+    conn->ep->flags &= ~UCT_RC_VQP_EP_UNCONFIRMED;
 }
 
 static void uct_rc_vqp_cm_handle_rej(uct_rc_vqp_iface_t *iface,
@@ -595,9 +595,9 @@ static void uct_rc_vqp_cm_keepalive(uct_rc_vqp_iface_t *iface)
     }
     cm->next_keepalive = now + cm->keepalive;
     kh_foreach_value(&cm->passive, conn, {
-        if (conn->confirmed &&
-            !(conn->ep->flags &
-              (UCT_RC_VQP_EP_FAILED | UCT_RC_VQP_EP_NOT_READY)) &&
+        if (!(conn->ep->flags &
+              (UCT_RC_VQP_EP_FAILED | UCT_RC_VQP_EP_NOT_READY |
+               UCT_RC_VQP_EP_UNCONFIRMED)) &&
             (vqp_ops_in_flight(conn->ep->vqp) == 0)) {
             ++cm->stats.keepalives;
             uct_rc_vqp_ep_check(&conn->ep->super.super, 0, NULL);

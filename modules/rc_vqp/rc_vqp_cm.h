@@ -40,9 +40,6 @@ typedef struct uct_rc_vqp_cm_conn {
     uint32_t peer_qpn;          /* the other side's CM QPN */
     uint64_t id;                /* chosen by the active side, random */
     int passive;
-    /* Passive: the active side said it connected (RTU) or sent a message.
-     * Only confirmed endpoints are probed by the keepalive. */
-    int confirmed;
     unsigned attempts;    /* REQs sent (active) */
     uint64_t next_send;   /* next REQ, ns (active, connecting) */
     uint64_t deadline;    /* give up, ns (active, connecting) */

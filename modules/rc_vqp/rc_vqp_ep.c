@@ -152,9 +152,7 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
         uct_rc_vqp_iface_post_recv(iface, desc);
         return;
     }
-    if (ucs_unlikely((ep->conn != NULL) && !ep->conn->confirmed)) {
-        ep->conn->confirmed = 1; /* the active side is connected */
-    }
+    ep->flags &= ~UCT_RC_VQP_EP_UNCONFIRMED; /* the active side is up */
     if (wc->flags & VQP_WC_WITH_IMM) {
         ep->fc_credits += wc->imm >> UCT_RC_VQP_IMM_CRED_SHIFT;
         if (wc->imm >> UCT_RC_VQP_IMM_CRED_SHIFT) {
