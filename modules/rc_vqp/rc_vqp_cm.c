@@ -10,6 +10,9 @@
 
 #include "rc_vqp.h"
 
+#include <ucs/arch/cpu.h>
+#include <ucs/async/async.h>
+#include <ucs/datastruct/queue.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
@@ -30,6 +33,13 @@
 #define UCT_RC_VQP_CM_MAX_QPS  4096   /* data QPs a request may ask for */
 #define UCT_RC_VQP_CM_BACKOFF  1.0    /* longest interval between REQs, s */
 #define UCT_RC_VQP_CM_KA_SKIP  1024   /* progress calls per clock read */
+/* The async responder's period, s, at most: a REQ waits that long for its
+ * MRA, far below any sensible connect timeout. */
+#define UCT_RC_VQP_CM_ASYNC_TICK 0.1
+/* Datagrams the responder keeps for the interface, at most: a REQ past it
+ * is dropped unanswered (it is resent), so a process that never progresses
+ * cannot make the queue grow without bound. */
+#define UCT_RC_VQP_CM_MAX_DEFERRED 4096
 
 enum {
     UCT_RC_VQP_CM_REQ  = 1, /* active -> passive: connect to my QPs */
@@ -40,7 +50,11 @@ enum {
      * Until it (or a message) comes, the passive endpoint is unconfirmed:
      * its probes would fail whenever the active side simply has not read
      * the REP yet (a process busy elsewhere), so keepalive leaves it be. */
-    UCT_RC_VQP_CM_RTU = 5
+    UCT_RC_VQP_CM_RTU = 5,
+    /* passive -> active: your REQ arrived while this process was not
+     * progressing the interface; the REP follows once it does (IB CM's
+     * message receipt acknowledgement). The requester's deadline moves. */
+    UCT_RC_VQP_CM_MRA = 6
 };
 
 /* Every datagram starts with this header (little endian), then the
@@ -73,9 +87,29 @@ static const char *uct_rc_vqp_cm_type_str(unsigned type)
         return "DISC";
     case UCT_RC_VQP_CM_RTU:
         return "RTU";
+    case UCT_RC_VQP_CM_MRA:
+        return "MRA";
     default:
         return "?";
     }
+}
+
+/* The manager's clock, in ns. Not ucs_get_time(): UCS converts TSC ticks
+ * with a frequency it may have measured over 1 ms at start-up (when the CPU
+ * model name carries none, as on many VMs), and a process preempted then
+ * keeps a clock that is off by tens of percent: timeouts the user set would
+ * expire that much early or late. The manager reads the time rarely. */
+static uint64_t uct_rc_vqp_cm_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t uct_rc_vqp_cm_ns(double sec)
+{
+    return (uint64_t)(sec * 1e9);
 }
 
 static char *uct_rc_vqp_cm_rx_slot(uct_rc_vqp_cm_t *cm, unsigned index)
@@ -87,6 +121,32 @@ static char *uct_rc_vqp_cm_tx_slot(uct_rc_vqp_cm_t *cm, uint64_t count)
 {
     return cm->buf + (size_t)cm->rx_slots * cm->slot_size +
            (size_t)(count % cm->tx_slots) * cm->msg_max;
+}
+
+/* The interface's thread takes the manager's lock through these: nested
+ * calls (a handler destroying an endpoint, which says DISC) only count. The
+ * async responder only tries the lock itself, never waits for it. */
+static void uct_rc_vqp_cm_lock(uct_rc_vqp_cm_t *cm)
+{
+    if (cm->lock_depth++ == 0) {
+        ucs_spin_lock(&cm->lock);
+    }
+}
+
+static int uct_rc_vqp_cm_trylock(uct_rc_vqp_cm_t *cm)
+{
+    if ((cm->lock_depth == 0) && !ucs_spin_try_lock(&cm->lock)) {
+        return 0;
+    }
+    ++cm->lock_depth;
+    return 1;
+}
+
+static void uct_rc_vqp_cm_unlock(uct_rc_vqp_cm_t *cm)
+{
+    if (--cm->lock_depth == 0) {
+        ucs_spin_unlock(&cm->lock);
+    }
 }
 
 static ucs_status_t uct_rc_vqp_cm_post_recv(uct_rc_vqp_cm_t *cm)
@@ -414,6 +474,28 @@ static void uct_rc_vqp_cm_handle_rtu(uct_rc_vqp_iface_t *iface,
     conn->ep->flags &= ~UCT_RC_VQP_EP_UNCONFIRMED;
 }
 
+/* A busy peer has our REQ: its interface is not progressed now, the REP
+ * comes when it is. The peer is there, so the deadline moves. */
+static void uct_rc_vqp_cm_handle_mra(uct_rc_vqp_iface_t *iface,
+                                     const uct_rc_vqp_cm_hdr_t *hdr)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_conn_t *conn;
+    uint64_t deadline;
+
+    ++cm->stats.mras_received;
+    conn = uct_rc_vqp_cm_find(&cm->active, le64toh(hdr->id));
+    if ((conn == NULL) || !conn->listed) {
+        return; /* connected already, or gone */
+    }
+    deadline = uct_rc_vqp_cm_now() + uct_rc_vqp_cm_ns(cm->timeout);
+    if ((int64_t)(deadline - conn->deadline) > 0) {
+        conn->deadline = deadline;
+    }
+    ucs_debug("rc_vqp cm: ep %p: the peer is busy, request 0x%lx waits",
+              conn->ep, conn->id);
+}
+
 static void uct_rc_vqp_cm_handle_rej(uct_rc_vqp_iface_t *iface,
                                      const uct_rc_vqp_cm_hdr_t *hdr)
 {
@@ -450,6 +532,37 @@ static void uct_rc_vqp_cm_handle_disc(uct_rc_vqp_iface_t *iface,
     }
 }
 
+/* A datagram's header and sender address, checked (diag log if bad). */
+static ucs_status_t uct_rc_vqp_cm_parse(const char *msg, size_t len,
+                                        uct_rc_vqp_cm_hdr_t *hdr,
+                                        vqp_dev_addr_t *dev_addr)
+{
+    size_t used;
+
+    if (len < sizeof(*hdr)) {
+        ucs_diag("rc_vqp cm: datagram of %zu bytes is shorter than a header",
+                 len);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    memcpy(hdr, msg, sizeof(*hdr));
+    if ((hdr->magic != UCT_RC_VQP_CM_MAGIC) ||
+        (hdr->version != UCT_RC_VQP_CM_VERSION) ||
+        (sizeof(*hdr) + hdr->dev_addr_len + le16toh(hdr->vqp_addr_len) > len)) {
+        ucs_diag("rc_vqp cm: datagram (magic 0x%x version %u type %u, %zu"
+                 " bytes) is not a valid message of version %d",
+                 hdr->magic, hdr->version, hdr->type, len,
+                 UCT_RC_VQP_CM_VERSION);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (vqp_dev_addr_unpack(msg + sizeof(*hdr), hdr->dev_addr_len, dev_addr,
+                            &used) != UCS_OK) {
+        ucs_diag("rc_vqp cm: %s with an invalid sender address",
+                 uct_rc_vqp_cm_type_str(hdr->type));
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
 static void uct_rc_vqp_cm_handle_msg(uct_rc_vqp_iface_t *iface, const char *msg,
                                      size_t len)
 {
@@ -457,28 +570,8 @@ static void uct_rc_vqp_cm_handle_msg(uct_rc_vqp_iface_t *iface, const char *msg,
     uct_rc_vqp_cm_peer_t *peer;
     uct_rc_vqp_cm_hdr_t hdr;
     vqp_dev_addr_t dev_addr;
-    ucs_status_t status;
-    size_t used;
 
-    if (len < sizeof(hdr)) {
-        ucs_diag("rc_vqp cm: datagram of %zu bytes is shorter than a header",
-                 len);
-        goto drop;
-    }
-    memcpy(&hdr, msg, sizeof(hdr));
-    if ((hdr.magic != UCT_RC_VQP_CM_MAGIC) ||
-        (hdr.version != UCT_RC_VQP_CM_VERSION) ||
-        (sizeof(hdr) + hdr.dev_addr_len + le16toh(hdr.vqp_addr_len) > len)) {
-        ucs_diag("rc_vqp cm: datagram (magic 0x%x version %u type %u, %zu"
-                 " bytes) is not a valid message of version %d",
-                 hdr.magic, hdr.version, hdr.type, len, UCT_RC_VQP_CM_VERSION);
-        goto drop;
-    }
-    status = vqp_dev_addr_unpack(msg + sizeof(hdr), hdr.dev_addr_len, &dev_addr,
-                                 &used);
-    if (status != UCS_OK) {
-        ucs_diag("rc_vqp cm: %s with an invalid sender address",
-                 uct_rc_vqp_cm_type_str(hdr.type));
+    if (uct_rc_vqp_cm_parse(msg, len, &hdr, &dev_addr) != UCS_OK) {
         goto drop;
     }
     ucs_trace("rc_vqp cm: %s id 0x%lx from qpn 0x%x",
@@ -505,6 +598,9 @@ static void uct_rc_vqp_cm_handle_msg(uct_rc_vqp_iface_t *iface, const char *msg,
     case UCT_RC_VQP_CM_RTU:
         uct_rc_vqp_cm_handle_rtu(iface, &hdr);
         return;
+    case UCT_RC_VQP_CM_MRA:
+        uct_rc_vqp_cm_handle_mra(iface, &hdr);
+        return;
     default:
         ucs_diag("rc_vqp cm: datagram of unknown type %u", hdr.type);
         break;
@@ -514,24 +610,6 @@ drop:
 }
 
 /* ------------------------------------------------------------ progress */
-
-/* The manager's clock, in ns. Not ucs_get_time(): UCS converts TSC ticks
- * with a frequency it may have measured over 1 ms at start-up (when the CPU
- * model name carries none, as on many VMs), and a process preempted then
- * keeps a clock that is off by tens of percent: timeouts the user set would
- * expire that much early or late. The manager reads the time rarely. */
-static uint64_t uct_rc_vqp_cm_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t uct_rc_vqp_cm_ns(double sec)
-{
-    return (uint64_t)(sec * 1e9);
-}
 
 /* Resends requests that are due and fails the connections past their
  * deadline. A deadline counts only while the interface is progressed: a
@@ -570,7 +648,7 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface, int drained)
             interval =
                 ucs_min(cm->retry_interval *
                             (double)(1ul << ucs_min(conn->attempts, 20u)),
-                        UCT_RC_VQP_CM_BACKOFF);
+                        cm->max_interval);
             conn->next_send = now + uct_rc_vqp_cm_ns(interval);
         }
     }
@@ -605,19 +683,71 @@ static void uct_rc_vqp_cm_keepalive(uct_rc_vqp_iface_t *iface)
     })
 }
 
-unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
+/* Datagram @a msg taken off the CQ by the async responder: kept for the
+ * next progress call; a REQ is answered "busy" (MRA) at once. A REQ of a
+ * connection whose REQ is kept already is only answered again: the active
+ * side resends while it waits. */
+static void uct_rc_vqp_cm_defer(uct_rc_vqp_iface_t *iface, const char *msg,
+                                size_t len)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
-    struct mlx5_cqe64 *cqe;
-    uct_rc_vqp_cm_conn_t *conn;
+    uct_rc_vqp_cm_deferred_t *d;
+    uct_rc_vqp_cm_peer_t *peer;
+    uct_rc_vqp_cm_hdr_t hdr;
+    vqp_dev_addr_t dev_addr;
+    int kept = 0;
+
+    if (uct_rc_vqp_cm_parse(msg, len, &hdr, &dev_addr) != UCS_OK) {
+        ++cm->stats.dropped;
+        return;
+    }
+    if (hdr.type == UCT_RC_VQP_CM_REQ) {
+        ucs_queue_for_each(d, &cm->deferred, queue)
+        {
+            kept |= (d->type == UCT_RC_VQP_CM_REQ) && (d->id == hdr.id);
+        }
+    }
+    if (!kept) {
+        d = (cm->num_deferred < UCT_RC_VQP_CM_MAX_DEFERRED)
+                ? ucs_malloc(sizeof(*d) + len, "rc_vqp_cm_deferred")
+                : NULL;
+        if (d == NULL) {
+            ++cm->stats.dropped; /* a REQ comes again; others are best effort */
+            return;
+        }
+        d->id   = hdr.id;
+        d->type = hdr.type;
+        d->len  = len;
+        memcpy(d->msg, msg, len);
+        ucs_queue_push(&cm->deferred, &d->queue);
+        ++cm->num_deferred;
+        ++cm->stats.deferred;
+    }
+    if ((hdr.type == UCT_RC_VQP_CM_REQ) &&
+        (uct_rc_vqp_cm_get_peer(iface, &dev_addr, &peer) == UCS_OK) &&
+        (uct_rc_vqp_cm_send(iface, peer, le32toh(hdr.src_qpn),
+                            UCT_RC_VQP_CM_MRA, le64toh(hdr.id), NULL,
+                            UCS_OK) == UCS_OK)) {
+        ++cm->stats.mras_sent;
+    }
+}
+
+/* Polls at most @a max CQEs: send completions free their buffers; each
+ * datagram received is handled, or kept (@a defer: the async responder).
+ * Returns the CQEs polled. */
+static unsigned uct_rc_vqp_cm_poll(uct_rc_vqp_iface_t *iface, int defer,
+                                   unsigned max)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
     unsigned count = 0, posted = 0;
+    struct mlx5_cqe64 *cqe;
+    ucs_status_t status;
+    const char *msg;
     uint16_t index;
     uint32_t len;
     uint8_t opcode;
-    ucs_status_t status;
 
-    while ((count < UCT_RC_VQP_CM_POLL) &&
-           ((cqe = vqp_mlx5_cq_poll(&cm->cq)) != NULL)) {
+    while ((count < max) && ((cqe = vqp_mlx5_cq_poll(&cm->cq)) != NULL)) {
         ++count;
         opcode = vqp_mlx5_cqe_opcode(cqe);
         status = vqp_mlx5_cqe_status(cqe);
@@ -637,11 +767,13 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
         vqp_mlx5_rxwq_complete(&cm->rx, index);
         if (status == UCS_OK) {
             len = vqp_mlx5_cqe_byte_cnt(cqe);
-            if (len >= VQP_DEV_UD_GRH_LEN) {
-                uct_rc_vqp_cm_handle_msg(iface,
-                                         uct_rc_vqp_cm_rx_slot(cm, index) +
-                                             VQP_DEV_UD_GRH_LEN,
-                                         len - VQP_DEV_UD_GRH_LEN);
+            msg = uct_rc_vqp_cm_rx_slot(cm, index) + VQP_DEV_UD_GRH_LEN;
+            if (len < VQP_DEV_UD_GRH_LEN) {
+                /* too short to carry anything */
+            } else if (defer) {
+                uct_rc_vqp_cm_defer(iface, msg, len - VQP_DEV_UD_GRH_LEN);
+            } else {
+                uct_rc_vqp_cm_handle_msg(iface, msg, len - VQP_DEV_UD_GRH_LEN);
             }
         } else if (status == UCS_ERR_CANCELED) {
             continue; /* flushed: the QP is going away */
@@ -660,8 +792,68 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
             vqp_mlx5_rxwq_ring(&cm->rx);
         }
     }
+    return count;
+}
+
+/* Datagrams the async responder kept, in arrival order. */
+static unsigned uct_rc_vqp_cm_handle_deferred(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_deferred_t *d;
+    unsigned count = 0;
+
+    while (!ucs_queue_is_empty(&cm->deferred)) {
+        d = ucs_queue_pull_elem_non_empty(&cm->deferred,
+                                          uct_rc_vqp_cm_deferred_t, queue);
+        --cm->num_deferred;
+        uct_rc_vqp_cm_handle_msg(iface, d->msg, d->len);
+        ucs_free(d);
+        ++count;
+    }
+    return count;
+}
+
+/* The async responder: a timer on the worker's async context. While the
+ * interface is progressed it does nothing; when a whole period passed
+ * without a progress call, it empties the manager's CQ into the deferred
+ * queue, answering REQs with MRA, so a requester does not time out on a
+ * peer that is only busy. It never waits for the lock: the interface's
+ * thread may hold it while it waits for the async context. */
+static void uct_rc_vqp_cm_async(int id, ucs_event_set_types_t events, void *arg)
+{
+    uct_rc_vqp_iface_t *iface = arg;
+    uct_rc_vqp_cm_t *cm       = &iface->cm;
+    uint32_t gen = __atomic_load_n(&cm->progress_gen, __ATOMIC_RELAXED);
+
+    (void)id;
+    (void)events;
+    if (gen != cm->async_gen) {
+        cm->async_gen = gen; /* progressed since the last tick */
+        return;
+    }
+    if (!ucs_spin_try_lock(&cm->lock)) {
+        return;
+    }
+    uct_rc_vqp_cm_poll(iface, 1, cm->rx_slots + cm->tx_slots);
+    ucs_spin_unlock(&cm->lock);
+}
+
+unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_conn_t *conn;
+    unsigned count, polled;
+
+    /* Only this thread writes it; the responder reads it. */
+    __atomic_store_n(&cm->progress_gen, cm->progress_gen + 1, __ATOMIC_RELAXED);
+    if (!uct_rc_vqp_cm_trylock(cm)) {
+        return 0; /* the responder has it, for a moment */
+    }
+    count  = uct_rc_vqp_cm_handle_deferred(iface);
+    polled = uct_rc_vqp_cm_poll(iface, 0, UCT_RC_VQP_CM_POLL);
+    count += polled;
     if (ucs_unlikely(!ucs_list_is_empty(&cm->connecting))) {
-        uct_rc_vqp_cm_timers(iface, count < UCT_RC_VQP_CM_POLL);
+        uct_rc_vqp_cm_timers(iface, polled < UCT_RC_VQP_CM_POLL);
     }
     if ((kh_size(&cm->passive) != 0) && (cm->keepalive != 0) &&
         ((++cm->ka_iter % UCT_RC_VQP_CM_KA_SKIP) == 0)) {
@@ -677,7 +869,35 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
         uct_ep_destroy(&conn->ep->super.super);
         ++count;
     }
+    uct_rc_vqp_cm_unlock(cm);
     return count;
+}
+
+ucs_status_t uct_rc_vqp_cm_arm(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    ucs_status_t status;
+    uint8_t op_own;
+
+    uct_rc_vqp_cm_lock(cm);
+    if (!ucs_queue_is_empty(&cm->deferred)) {
+        status = UCS_ERR_BUSY;
+        goto out;
+    }
+    status = vqp_dev_cq_arm(cm->dev_cq, cm->cq.ci, 0);
+    if (status != UCS_OK) {
+        goto out;
+    }
+    /* Armed first, then looked: a CQE written before the arm raises no
+     * event. */
+    ucs_memory_cpu_fence();
+    op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(&cm->cq, cm->cq.ci)->op_own;
+    if (vqp_mlx5_cqe_is_sw_owned(op_own, cm->cq.ci, cm->cq.log_cnt)) {
+        status = UCS_ERR_BUSY;
+    }
+out:
+    uct_rc_vqp_cm_unlock(cm);
+    return status;
 }
 
 /* ------------------------------------------------------------ endpoints */
@@ -697,6 +917,7 @@ ucs_status_t uct_rc_vqp_cm_connect(uct_rc_vqp_ep_t *ep,
         ucs_error("rc_vqp cm: out of memory for a connection");
         return UCS_ERR_NO_MEMORY;
     }
+    uct_rc_vqp_cm_lock(cm);
     status = uct_rc_vqp_cm_get_peer(iface, dev_addr, &conn->peer);
     if (status != UCS_OK) {
         goto err_free;
@@ -730,9 +951,11 @@ ucs_status_t uct_rc_vqp_cm_connect(uct_rc_vqp_ep_t *ep,
     conn->listed = 1;
     ucs_debug("rc_vqp cm: ep %p connecting to qpn 0x%x, request 0x%lx", ep, qpn,
               conn->id);
+    uct_rc_vqp_cm_unlock(cm);
     return UCS_OK;
 
 err_free:
+    uct_rc_vqp_cm_unlock(cm);
     ucs_free(conn);
     return status;
 }
@@ -746,6 +969,7 @@ void uct_rc_vqp_cm_ep_cleanup(uct_rc_vqp_ep_t *ep)
     if (conn == NULL) {
         return;
     }
+    uct_rc_vqp_cm_lock(&iface->cm);
     uct_rc_vqp_cm_conn_unlist(conn);
     if (conn->passive) {
         uct_rc_vqp_cm_remove(&iface->cm.passive, conn->id);
@@ -757,6 +981,7 @@ void uct_rc_vqp_cm_ep_cleanup(uct_rc_vqp_ep_t *ep)
         uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn,
                            UCT_RC_VQP_CM_DISC, conn->id, NULL, UCS_OK);
     }
+    uct_rc_vqp_cm_unlock(&iface->cm);
     ep->conn = NULL;
     ucs_free(conn);
 }
@@ -801,6 +1026,31 @@ ucs_status_t uct_rc_vqp_cm_unpack_iface_address(const void *buf,
     return UCS_OK;
 }
 
+/* The async responder's timer, on the worker's async context. A context in
+ * poll mode dispatches timers only when its owner asks (ucs_async_poll),
+ * which no interface user does between its progress calls: none then. */
+static ucs_status_t uct_rc_vqp_cm_async_start(uct_rc_vqp_iface_t *iface)
+{
+    ucs_async_context_t *async = iface->super.worker->async;
+    uct_rc_vqp_cm_t *cm        = &iface->cm;
+    double tick =
+        ucs_max(ucs_min(UCT_RC_VQP_CM_ASYNC_TICK, cm->timeout / 10), 0.001);
+    ucs_status_t status;
+
+    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
+        return UCS_OK;
+    }
+    status = ucs_async_add_timer(async->mode, ucs_time_from_sec(tick),
+                                 uct_rc_vqp_cm_async, iface, async,
+                                 &cm->async_timer);
+    if (status != UCS_OK) {
+        ucs_error("rc_vqp cm: cannot add its async timer: %s",
+                  ucs_status_string(status));
+        cm->async_timer = -1;
+    }
+    return status;
+}
+
 ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
                                 double keepalive)
 {
@@ -816,6 +1066,13 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
     unsigned i;
 
     memset(cm, 0, sizeof(*cm));
+    cm->async_timer = -1;
+    ucs_queue_head_init(&cm->deferred);
+    status = ucs_spinlock_init(&cm->lock, 0);
+    if (status != UCS_OK) {
+        ucs_error("rc_vqp cm: cannot initialise its lock");
+        return status;
+    }
     kh_init_inplace(uct_rc_vqp_cm_conns, &cm->active);
     kh_init_inplace(uct_rc_vqp_cm_conns, &cm->passive);
     ucs_list_head_init(&cm->connecting);
@@ -823,7 +1080,10 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
     cm->qkey           = UCT_RC_VQP_CM_QKEY;
     cm->timeout        = timeout;
     cm->retry_interval = ucs_min(0.05, timeout / 8);
-    cm->stall = uct_rc_vqp_cm_ns(ucs_min(UCT_RC_VQP_CM_BACKOFF, timeout / 4));
+    /* Several REQs per timeout: each busy answer (MRA) moves the deadline
+     * by a timeout, and the next must come before it passes. */
+    cm->max_interval   = ucs_min(UCT_RC_VQP_CM_BACKOFF, timeout / 4);
+    cm->stall          = uct_rc_vqp_cm_ns(cm->max_interval);
     cm->keepalive      = ((keepalive > 0) && (keepalive < 1e9))
                              ? uct_rc_vqp_cm_ns(keepalive)
                              : 0;
@@ -897,6 +1157,10 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
         }
     }
     vqp_mlx5_rxwq_ring(&cm->rx);
+    status = uct_rc_vqp_cm_async_start(iface);
+    if (status != UCS_OK) {
+        goto err_qp;
+    }
     ucs_debug("rc_vqp cm: interface %p listens on UD qpn 0x%x", iface, cm->qpn);
     return UCS_OK;
 
@@ -911,15 +1175,22 @@ err_buf:
 err:
     kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->active);
     kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->passive);
+    ucs_spinlock_destroy(&cm->lock);
     return status;
 }
 
 void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
+    uct_rc_vqp_cm_deferred_t *d;
     uct_rc_vqp_cm_conn_t *conn;
     unsigned i;
 
+    /* First the responder: it must not run on what is freed below. */
+    if (cm->async_timer >= 0) {
+        ucs_async_remove_handler(cm->async_timer, 1);
+        cm->async_timer = -1;
+    }
     /* Passive endpoints are ours; the user's endpoints should be gone. */
     kh_foreach_value(&cm->passive, conn,
                      { uct_ep_destroy(&conn->ep->super.super); });
@@ -941,6 +1212,12 @@ void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface)
         ucs_free(cm->peers[i]);
     }
     ucs_free(cm->peers);
+    while (!ucs_queue_is_empty(&cm->deferred)) {
+        d = ucs_queue_pull_elem_non_empty(&cm->deferred,
+                                          uct_rc_vqp_cm_deferred_t, queue);
+        ucs_free(d);
+    }
     kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->active);
     kh_destroy_inplace(uct_rc_vqp_cm_conns, &cm->passive);
+    ucs_spinlock_destroy(&cm->lock);
 }

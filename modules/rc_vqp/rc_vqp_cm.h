@@ -13,6 +13,14 @@
  * the connection id. Operations posted meanwhile get UCS_ERR_NO_RESOURCE and
  * wait in the pending queue. Destroying an active endpoint sends a DISC so
  * the peer releases its passive endpoint.
+ *
+ * A peer that does not progress its interface (a long computation, a wait
+ * on another worker) still answers, as UCX's own wireup (over UD, acked by
+ * the async thread) does: a timer on the worker's async context finds the
+ * manager not polled for a whole period, takes the datagrams off its CQ for
+ * the next progress call and answers each REQ with an MRA ("received, the
+ * answer follows"), which moves the requester's deadline. Only a peer that
+ * is gone, or never had an interface at that address, times out.
  */
 #ifndef UCT_RC_VQP_CM_H_
 #define UCT_RC_VQP_CM_H_
@@ -21,6 +29,8 @@
 #include <mlx5/vqp_mlx5.h>
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/queue_types.h>
+#include <ucs/type/spinlock.h>
 
 typedef struct uct_rc_vqp_iface uct_rc_vqp_iface_t;
 typedef struct uct_rc_vqp_ep uct_rc_vqp_ep_t;
@@ -50,6 +60,16 @@ typedef struct uct_rc_vqp_cm_conn {
 
 KHASH_MAP_INIT_INT64(uct_rc_vqp_cm_conns, uct_rc_vqp_cm_conn_t *);
 
+/* A datagram the async responder took off the CQ while the interface was
+ * not progressed: handled by the next progress call, in arrival order. */
+typedef struct uct_rc_vqp_cm_deferred {
+    ucs_queue_elem_t queue;
+    uint64_t id;  /* of its connection */
+    uint8_t type; /* UCT_RC_VQP_CM_* */
+    size_t len;
+    char msg[];
+} uct_rc_vqp_cm_deferred_t;
+
 typedef struct uct_rc_vqp_cm_stats {
     uint64_t reqs_sent;
     uint64_t reqs_received;
@@ -64,6 +84,9 @@ typedef struct uct_rc_vqp_cm_stats {
     uint64_t stalls;          /* connect deadlines moved for a process stall */
     uint64_t keepalives;      /* probes of idle passive endpoints */
     uint64_t passive_expired; /* passive endpoints whose peer was gone */
+    uint64_t deferred;        /* datagrams taken off by the async responder */
+    uint64_t mras_sent;       /* REQs answered "busy, wait" by it */
+    uint64_t mras_received;   /* connect deadlines moved by a busy peer */
 } uct_rc_vqp_cm_stats_t;
 
 typedef struct uct_rc_vqp_cm {
@@ -83,7 +106,8 @@ typedef struct uct_rc_vqp_cm {
     unsigned tx_slots; /* send buffers */
     uint64_t tx_posted;
     uint64_t tx_done;
-    double retry_interval; /* first REQ resend, doubling up to 1 s */
+    double retry_interval; /* first REQ resend, doubling up to max */
+    double max_interval;   /* 1 s, or a quarter of the timeout if less */
     double timeout;        /* connect attempt limit, seconds */
     /* A gap between two progress calls longer than this is a stall of the
      * process: no REQ went out and no answer was read in it, so it does not
@@ -104,6 +128,18 @@ typedef struct uct_rc_vqp_cm {
     ucs_list_link_t connecting; /* active conns waiting for a REP */
     ucs_list_link_t doomed;     /* passive conns to destroy in progress */
     uct_rc_vqp_cm_stats_t stats;
+    /* Guards the CQ, both work queues, their buffers, the peers, the
+     * connection tables and the deferred datagrams against the async
+     * responder, which only ever tries it. Taken by the interface's thread
+     * through uct_rc_vqp_cm_lock (a depth count: its handlers destroy and
+     * create endpoints, which come back to the manager). */
+    ucs_spinlock_t lock;
+    unsigned lock_depth;
+    int async_timer;       /* the responder's timer id, or -1 */
+    uint32_t progress_gen; /* progress calls (interface thread) */
+    uint32_t async_gen;    /* progress_gen at the responder's last tick */
+    ucs_queue_head_t deferred;
+    unsigned num_deferred;
 } uct_rc_vqp_cm_t;
 
 /* Interface address: the CM QPN (24 bits) and the format version. */
@@ -115,6 +151,9 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
                                 double keepalive);
 void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface);
 unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface);
+/* The manager's part of uct_iface_event_arm: UCS_ERR_BUSY when a datagram
+ * waits (on the CQ or deferred), else its CQ armed. */
+ucs_status_t uct_rc_vqp_cm_arm(uct_rc_vqp_iface_t *iface);
 void uct_rc_vqp_cm_get_iface_address(uct_rc_vqp_iface_t *iface,
                                      uct_rc_vqp_iface_addr_t *addr);
 /* Checks an interface address: UCS_ERR_INVALID_PARAM (debug log) if bad. */

@@ -17,7 +17,6 @@
 
 #include "rc_vqp.h"
 
-#include <ucs/arch/cpu.h>
 #include <ucs/debug/log.h>
 
 ucs_status_t uct_rc_vqp_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p)
@@ -34,7 +33,6 @@ ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     uct_rc_vqp_iface_t *iface = ucs_derived_of(tl_iface, uct_rc_vqp_iface_t);
     uct_rc_vqp_cm_t *cm       = &iface->cm;
     ucs_status_t status;
-    uint8_t op_own;
 
     if (events & ~(unsigned)(UCT_EVENT_SEND_COMP | UCT_EVENT_RECV |
                              UCT_EVENT_RECV_SIG)) {
@@ -58,14 +56,5 @@ ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     if (status != UCS_OK) {
         return status;
     }
-    status = vqp_dev_cq_arm(cm->dev_cq, cm->cq.ci, 0);
-    if (status != UCS_OK) {
-        return status;
-    }
-    ucs_memory_cpu_fence();
-    op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(&cm->cq, cm->cq.ci)->op_own;
-    if (vqp_mlx5_cqe_is_sw_owned(op_own, cm->cq.ci, cm->cq.log_cnt)) {
-        return UCS_ERR_BUSY;
-    }
-    return UCS_OK;
+    return uct_rc_vqp_cm_arm(iface);
 }

@@ -67,6 +67,7 @@ typedef enum {
     SC_AM_NULL,
     SC_CONNECT,
     SC_CONNECT_SLOW,
+    SC_CONNECT_BUSY,
     SC_EVENTS
 } sc_kind_t;
 
@@ -2127,6 +2128,67 @@ static void run_connect_slow(pair_t *p, const scenario_t *sc)
            SLOW_CONNECT_SEC);
 }
 
+/* The target does not progress its interface for BUSY_TARGET_SEC, three
+ * times the connect timeout (a long computation; its worker's async context
+ * in thread mode, as UCP's): its async responder answers each REQ with an
+ * MRA, so the connection waits instead of failing, and carries data once
+ * the target progresses again. Without the responder the error handler runs
+ * after the timeout. */
+#define BUSY_TARGET_SEC 3.0
+
+static void run_connect_busy(pair_t *p, const scenario_t *sc)
+{
+    const uint64_t raddr = p->remote_buf + REGION_OFF;
+    double limit         = atof(sc->cfg.connect_timeout);
+    uint64_t v           = 0xb05ec0;
+    double t0, t_conn, deadline;
+    pair_msg_t msg;
+    ucs_status_t st;
+    uct_ep_h ep, saved;
+
+    if (!p->is_initiator) {
+        uint64_t *w = (uint64_t *)(p->buf + REGION_OFF);
+
+        usleep((useconds_t)(BUSY_TARGET_SEC * 1e6)); /* no progress call */
+        pair_recv(p, MSG_READY, 1, &msg);
+        CHECK(w[0] == v, "the put over the delayed connection wrote 0x%lx",
+              (unsigned long)w[0]);
+        pair_send(p, MSG_DONE, 1, 0);
+        pair_end(p, 2);
+        return;
+    }
+    t0       = pair_now();
+    ep       = pair_ep_to_iface(p, p->peer_iface_addr); /* the REQ goes now */
+    deadline = t0 + BUSY_TARGET_SEC + PAIR_WAIT_SEC;
+    while ((st = uct_ep_put_short(ep, &v, sizeof(v), raddr, p->rkey.rkey)) ==
+           UCS_ERR_NO_RESOURCE) {
+        CHECK(p->err_calls == 0,
+              "the connection failed after %.2f s (timeout %.1f s): %s",
+              pair_now() - t0, limit, ucs_status_string(p->err_status));
+        CHECK(pair_now() < deadline, "not connected after %.0f s",
+              deadline - t0);
+        pair_progress(p);
+    }
+    CHECK_STATUS(st, UCS_OK);
+    t_conn = pair_now() - t0;
+    CHECK(t_conn > 0.8 * BUSY_TARGET_SEC,
+          "connected after %.2f s: the target was to be silent for %.1f s",
+          t_conn, BUSY_TARGET_SEC);
+    saved = p->ep;
+    p->ep = ep;
+    pair_flush_ep(p);
+    p->ep = saved;
+    CHECK(p->err_calls == 0, "error handler ran: %s",
+          ucs_status_string(p->err_status));
+    pair_send(p, MSG_READY, 1, 0);
+    pair_recv(p, MSG_DONE, 1, &msg);
+    uct_ep_destroy(ep);
+    pair_end(p, 2);
+    printf("  connected after %.1f s with a connect timeout of %.1f s; the "
+           "put arrived\n",
+           t_conn, limit);
+}
+
 /* ------------------------------------------------------ events (sleep) */
 
 /* Both sides sleep in poll() on the interface's event fd whenever
@@ -2423,6 +2485,9 @@ static int role_main(const scenario_t *sc, int initiator, int sock)
     case SC_CONNECT_SLOW:
         run_connect_slow(&p, sc);
         break;
+    case SC_CONNECT_BUSY:
+        run_connect_busy(&p, sc);
+        break;
     case SC_EVENTS:
         run_events(&p, sc);
         break;
@@ -2619,6 +2684,18 @@ static const scenario_t ci_scenarios[] = {
              "2.5 s, keepalive 0.3 s",
      .kind = SC_CONNECT_SLOW,
      .cfg  = CFGI_WITH(keepalive, "0.3s")},
+    {.name = "connection manager: the target does not progress for 3 s, "
+             "connect timeout 1 s",
+     .kind = SC_CONNECT_BUSY,
+     .cfg  = {.num_qps         = 4,
+              .lb              = "dqplb",
+              .frag_size       = "256k",
+              .stripe_thresh   = "64k",
+              .buf_size        = CI_BUF,
+              .rx_headroom     = HEADROOM,
+              .to_iface        = 1,
+              .connect_timeout = "1s",
+              .async_thread    = 1}},
     {.name = "killed idle peer qps=4 via interface address, keepalive 0.3 s",
      .kind = SC_KILL_IDLE,
      .cfg  = CFGI_WITH(keepalive, "0.3s")},

@@ -328,7 +328,10 @@ void pair_init(pair_t *p, const pair_config_t *cfg, int is_initiator, int sock)
     CHECK_STATUS(uct_md_query(p->md, &md_attr), UCS_OK);
     CHECK(md_attr.cap.flags & UCT_MD_FLAG_REG, "md cannot register");
 
-    CHECK_STATUS(ucs_async_context_create(UCS_ASYNC_MODE_POLL, &p->async),
+    CHECK_STATUS(ucs_async_context_create(cfg->async_thread
+                                              ? UCS_ASYNC_MODE_THREAD_SPINLOCK
+                                              : UCS_ASYNC_MODE_POLL,
+                                          &p->async),
                  UCS_OK);
     CHECK_STATUS(
         uct_worker_create(p->async, UCS_THREAD_MODE_SINGLE, &p->worker),

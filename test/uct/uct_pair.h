@@ -58,6 +58,9 @@ typedef struct pair_config {
     unsigned target_num_qps;     /* 0: num_qps; else the target's own count */
     const char *connect_timeout; /* NULL = default */
     const char *keepalive;       /* KEEPALIVE_INTERVAL, NULL = default */
+    /* The worker's async context in thread mode (as UCP's) instead of poll
+     * mode: the interface's timers then run without progress calls. */
+    int async_thread;
 } pair_config_t;
 
 /* A completion that records how often and when it ran. */
