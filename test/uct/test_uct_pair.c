@@ -2070,6 +2070,24 @@ static void run_connect(pair_t *p, const scenario_t *sc)
           ucs_status_string(p->err_status));
 }
 
+/* Initiator of the connect scenarios: @a ep to the target's interface got
+ * its put out; flush it, tell the target to check it, wait for its word. */
+static void connected_put_finish(pair_t *p, uct_ep_h ep)
+{
+    uct_ep_h saved = p->ep;
+    pair_msg_t msg;
+
+    p->ep = ep;
+    pair_flush_ep(p);
+    p->ep = saved;
+    CHECK(p->err_calls == 0, "error handler ran: %s",
+          ucs_status_string(p->err_status));
+    pair_send(p, MSG_READY, 1, 0);
+    pair_recv(p, MSG_DONE, 1, &msg);
+    uct_ep_destroy(ep);
+    pair_end(p, 2);
+}
+
 /* The active side of a connection reads the REP only seconds later (a
  * process busy with another worker, as Open MPI's after its osc created
  * endpoints), while the target's keepalive runs every 0.3 s: the passive
@@ -2084,7 +2102,7 @@ static void run_connect_slow(pair_t *p, const scenario_t *sc)
     double deadline;
     pair_msg_t msg;
     ucs_status_t st;
-    uct_ep_h ep, saved;
+    uct_ep_h ep;
 
     if (!p->is_initiator) {
         uint64_t *w = (uint64_t *)(p->buf + REGION_OFF);
@@ -2114,16 +2132,7 @@ static void run_connect_slow(pair_t *p, const scenario_t *sc)
         pair_progress(p);
     }
     CHECK_STATUS(st, UCS_OK);
-    saved = p->ep;
-    p->ep = ep;
-    pair_flush_ep(p);
-    p->ep = saved;
-    CHECK(p->err_calls == 0, "error handler ran: %s",
-          ucs_status_string(p->err_status));
-    pair_send(p, MSG_READY, 1, 0);
-    pair_recv(p, MSG_DONE, 1, &msg);
-    uct_ep_destroy(ep);
-    pair_end(p, 2);
+    connected_put_finish(p, ep);
     printf("  connected after %.1f s of silence; the put arrived\n",
            SLOW_CONNECT_SEC);
 }
@@ -2144,7 +2153,7 @@ static void run_connect_busy(pair_t *p, const scenario_t *sc)
     double t0, t_conn, deadline;
     pair_msg_t msg;
     ucs_status_t st;
-    uct_ep_h ep, saved;
+    uct_ep_h ep;
 
     if (!p->is_initiator) {
         uint64_t *w = (uint64_t *)(p->buf + REGION_OFF);
@@ -2174,16 +2183,7 @@ static void run_connect_busy(pair_t *p, const scenario_t *sc)
     CHECK(t_conn > 0.8 * BUSY_TARGET_SEC,
           "connected after %.2f s: the target was to be silent for %.1f s",
           t_conn, BUSY_TARGET_SEC);
-    saved = p->ep;
-    p->ep = ep;
-    pair_flush_ep(p);
-    p->ep = saved;
-    CHECK(p->err_calls == 0, "error handler ran: %s",
-          ucs_status_string(p->err_status));
-    pair_send(p, MSG_READY, 1, 0);
-    pair_recv(p, MSG_DONE, 1, &msg);
-    uct_ep_destroy(ep);
-    pair_end(p, 2);
+    connected_put_finish(p, ep);
     printf("  connected after %.1f s with a connect timeout of %.1f s; the "
            "put arrived\n",
            t_conn, limit);
