@@ -962,41 +962,66 @@ vqp_atomic_result(const vqp_t *vqp, const vqp_op_t *op, uint32_t opn)
     }
 }
 
-/* Report finished operations at the head, in posting order. Returns
- * non-zero when any was. */
-static int vqp_report(vqp_t *vqp)
+/* The report loop for @a cb, the virtual QP's callback (a constant at each
+ * call: the callback and the poll mode each get their own loop, without a
+ * test of comp_cb per operation). What a callback can change (the cursors:
+ * it may post, or report further down) is read again after each call. */
+static UCS_F_ALWAYS_INLINE void vqp_report_loop(vqp_t *vqp, vqp_comp_cb_t cb)
 {
-    uint32_t head = vqp->op_head;
     vqp_wc_t tmp, *wc;
-    ucs_status_t status;
+    uint16_t sf;
     vqp_op_t *op;
-    uint8_t flags;
 
+    /* The fields no operation changes, once: a callback gets a const
+     * pointer and must not write through it (vqp_comp_cb_t). */
+    tmp.flags = 0;
+    tmp.imm   = 0;
+    tmp.vqp   = vqp;
     while (vqp->op_head != vqp->op_disp) {
         op = VQP_OP(vqp, vqp->op_head);
         if (op->remaining != 0) {
             break;
         }
-        flags  = op->flags;
-        status = op->status;
+        sf = op->status_flags;
         ++vqp->op_head; /* and so ops_completed (vqp_query_stats) */
-        if (ucs_unlikely(flags & VQP_OP_ATOMIC) && (status == UCS_OK)) {
-            vqp_atomic_result(vqp, op, vqp->op_head - 1);
-        }
-        if ((flags & VQP_SEND_SIGNALED) || (status != UCS_OK)) {
-            /* Poll mode: built where the user reads it (one copy). */
-            wc           = (vqp->comp_cb == NULL) ? vqp_wc_slot(vqp, 0) : &tmp;
-            wc->wr_id    = op->wr_id;
-            wc->status   = status;
-            wc->opcode   = op->opcode;
-            wc->flags    = 0;
-            wc->imm      = 0;
-            wc->byte_len = op->length;
-            wc->vqp      = vqp;
-            if (vqp->comp_cb != NULL) {
-                vqp->comp_cb(vqp->comp_arg, wc);
+        if (ucs_unlikely(sf & VQP_OP_SF(0xff, VQP_OP_ATOMIC))) {
+            /* failed, or an atomic: one test for both in the common case */
+            if ((op->flags & VQP_OP_ATOMIC) && (op->status == UCS_OK)) {
+                vqp_atomic_result(vqp, op, vqp->op_head - 1);
             }
+            if (!(sf & VQP_OP_SF(0xff, VQP_SEND_SIGNALED))) {
+                continue;
+            }
+        } else if (!(sf & VQP_OP_SF(0, VQP_SEND_SIGNALED))) {
+            continue;
         }
+        if (cb == NULL) {
+            /* Poll mode: built where the user reads it (one copy). */
+            wc  = vqp_wc_slot(vqp, 0);
+            *wc = tmp;
+        } else {
+            wc = &tmp;
+        }
+        wc->wr_id    = op->wr_id;
+        wc->status   = VQP_OP_SF_STATUS(sf);
+        wc->opcode   = op->opcode;
+        wc->byte_len = op->length;
+        if (cb != NULL) {
+            cb(vqp->comp_arg, wc);
+        }
+    }
+}
+
+/* Report finished operations at the head, in posting order. Returns
+ * non-zero when any was. */
+static int vqp_report(vqp_t *vqp)
+{
+    uint32_t head = vqp->op_head;
+
+    if (vqp->comp_cb != NULL) {
+        vqp_report_loop(vqp, vqp->comp_cb);
+    } else {
+        vqp_report_loop(vqp, NULL);
     }
     if ((int32_t)(vqp->op_notify - vqp->op_head) < 0) {
         vqp->op_notify = vqp->op_head;
