@@ -109,8 +109,11 @@ static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
  * largest WQE in its SQ. */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_slot(const vqp_pqp_t *pqp)
 {
+    /* vqp_mlx5_txwq_avail() >= VQP_MLX5_MAX_BB as the BBs in use against
+     * a bound: 16-bit values (the ring has at most 32768), no widening. */
     return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
-           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB);
+           ((uint16_t)(pqp->tx.pi - pqp->tx.ci) <=
+            (uint16_t)(pqp->tx.mask + 1 - VQP_MLX5_MAX_BB));
 }
 
 /* Room in @a pqp's rings; a CQ credit too unless the caller holds one for
@@ -271,14 +274,13 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
     return NULL;
 }
 
-/* Remember a posted WQE in its QP's fragment ring (room was checked);
- * vqp_frag_push also counts it. */
+/* Remember a posted WQE in its QP's fragment ring at @a frag, its next
+ * entry (room was checked); vqp_frag_push also counts it. */
 static UCS_F_ALWAYS_INLINE void
-vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
-                       uint32_t idx, int wqe, int seq_valid, int credit_held)
+vqp_frag_record_at(vqp_pqp_t *pqp, vqp_frag_t *frag, uint32_t op_off,
+                   uint8_t kind, uint32_t idx, int wqe, int seq_valid,
+                   int credit_held)
 {
-    vqp_frag_t *frag = vqp_pqp_frag(pqp, pqp->frag_tail++);
-
     if (!credit_held) {
         --pqp->cdev->credits;
     }
@@ -288,6 +290,14 @@ vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
                          .wqe_next = pqp->tx.pi,
                          .kind     = kind,
                          .flags    = seq_valid ? VQP_FRAG_F_SEQ : 0};
+}
+
+static UCS_F_ALWAYS_INLINE void
+vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
+                       uint32_t idx, int wqe, int seq_valid, int credit_held)
+{
+    vqp_frag_record_at(pqp, vqp_pqp_frag(pqp, pqp->frag_tail++), op_off, kind,
+                       idx, wqe, seq_valid, credit_held);
 }
 
 static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t op_off,
@@ -1722,7 +1732,10 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
     vqp->op_disp = opn + 1;
     ++vqp->stats.ops_posted;
     ++vqp->stats.frags_posted;
-    vqp_frag_record(pqp, vqp_op_off(vqp, opn), VQP_FRAG_WHOLE, 0, wqe, 0);
+    /* The send QP's ring is its own, never a column of data_frags: an
+     * index, not vqp_pqp_frag's shift by frag_shift. */
+    vqp_frag_record_at(pqp, &pqp->frags[pqp->frag_tail++ & pqp->frag_mask],
+                       vqp_op_off(vqp, opn), VQP_FRAG_WHOLE, 0, wqe, 0, 0);
     if (inl) {
         vqp_mlx5_txwq_ring_last(&pqp->tx);
     } else {
@@ -1731,6 +1744,36 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
         vqp_mlx5_txwq_ring_newest(&pqp->tx, VQP_MLX5_RDMA_1SGE_BB);
     }
     return UCS_OK;
+}
+
+/* The common case of vqp_post_send for @a opcode (a WRITE / READ, or a
+ * DQPLB WRITE_IMM; a constant at each call, so its bits in fast_ops are
+ * constant masks): on a healthy, connected virtual QP with nothing waiting
+ * ahead and room in the operation ring, the checks vqp_check_send and the
+ * slow path make all pass for it. Each other case leaves by a tail call at
+ * its first failing test; the lean path is a function of its own, so that
+ * the registers it needs are saved there only (inlined here, GCC saved them
+ * before the second test and restored them on every way out). */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+vqp_post_send_opc(vqp_t *vqp, const vqp_send_wr_t *wr, unsigned opcode,
+                  ucs_status_t (*lean)(vqp_t *, const vqp_send_wr_t *))
+{
+    vqp_pqp_t *pqp = vqp->send_qp;
+
+    if (ucs_unlikely(!vqp_post_now_ok(vqp, vqp->op_tail))) {
+        return vqp_post_send_slow(vqp, wr);
+    }
+    /* An opcode that may go whole may take the fast path (its bit is set
+     * too): that bit is tested only when the lean path is out. */
+    if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode + VQP_FAST_WHOLE)) ||
+                     (wr->length >= vqp->whole_max) ||
+                     !vqp_pqp_has_room_lean(pqp))) {
+        if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode)))) {
+            return vqp_post_send_slow(vqp, wr);
+        }
+        return vqp_post_send_accepted(vqp, wr);
+    }
+    return lean(vqp, wr);
 }
 
 /* Out of line, so that the checks before them need no registers saved;
@@ -1751,6 +1794,27 @@ static UCS_F_NOINLINE ucs_status_t
 vqp_post_send_lean_write_imm(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
     return vqp_post_whole_lean(vqp, wr, vqp->send_qp, 0, VQP_OP_WRITE_IMM);
+}
+
+/* The checks, one function per opcode (its bits in fast_ops are constant
+ * masks then), without a stack frame. */
+static UCS_F_NOINLINE ucs_status_t vqp_post_send_write(vqp_t *vqp,
+                                                       const vqp_send_wr_t *wr)
+{
+    return vqp_post_send_opc(vqp, wr, VQP_OP_WRITE, vqp_post_send_lean_write);
+}
+
+static UCS_F_NOINLINE ucs_status_t vqp_post_send_read(vqp_t *vqp,
+                                                      const vqp_send_wr_t *wr)
+{
+    return vqp_post_send_opc(vqp, wr, VQP_OP_READ, vqp_post_send_lean_read);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_write_imm(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    return vqp_post_send_opc(vqp, wr, VQP_OP_WRITE_IMM,
+                             vqp_post_send_lean_write_imm);
 }
 
 /* Flags besides SIGNALED: an inline WRITE / SEND (UCT's put_short and
@@ -1774,34 +1838,18 @@ vqp_post_send_flagged(vqp_t *vqp, const vqp_send_wr_t *wr)
 
 ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
-    unsigned opcode = wr->opcode;
-    uint32_t opn    = vqp->op_tail;
-    vqp_pqp_t *pqp  = vqp->send_qp;
-
-    /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
-     * WRITE_IMM) on a healthy, connected virtual QP with nothing waiting
-     * ahead of it and room in the operation ring. The checks vqp_check_send
-     * and the slow path make all pass for it. Each other case leaves by a
-     * tail call at its first failing test. */
+    /* Flags besides SIGNALED, then by opcode: a tail call each. */
     if (ucs_unlikely(wr->flags & ~(unsigned)VQP_SEND_SIGNALED)) {
         return vqp_post_send_flagged(vqp, wr);
     }
-    if (ucs_unlikely((opcode > VQP_OP_READ) ||
-                     !(vqp->fast_ops & UCS_BIT(opcode)) ||
-                     !vqp_post_now_ok(vqp, opn))) {
-        return vqp_post_send_slow(vqp, wr);
+    if (wr->opcode == VQP_OP_WRITE) {
+        return vqp_post_send_write(vqp, wr);
+    } else if (wr->opcode == VQP_OP_READ) {
+        return vqp_post_send_read(vqp, wr);
+    } else if (wr->opcode == VQP_OP_WRITE_IMM) {
+        return vqp_post_send_write_imm(vqp, wr);
     }
-    if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode + VQP_FAST_WHOLE)) ||
-                     (wr->length >= vqp->whole_max) ||
-                     !vqp_pqp_has_room_lean(pqp))) {
-        return vqp_post_send_accepted(vqp, wr);
-    }
-    if (opcode == VQP_OP_WRITE) {
-        return vqp_post_send_lean_write(vqp, wr);
-    } else if (opcode == VQP_OP_READ) {
-        return vqp_post_send_lean_read(vqp, wr);
-    }
-    return vqp_post_send_lean_write_imm(vqp, wr);
+    return vqp_post_send_slow(vqp, wr);
 }
 
 unsigned vqp_send_avail(const vqp_t *vqp)
