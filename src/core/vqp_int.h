@@ -202,7 +202,9 @@ struct vqp {
      * connected or once fatal is set. The same bits VQP_FAST_WHOLE higher:
      * those that go whole to the send QP when shorter than whole_max (not
      * multi-QP WRITE_IMM, which always stripes; none over several devices,
-     * whose other keys the lean path does not record). */
+     * whose other keys the lean path does not record). None while replays
+     * wait either (vqp_frag_done, vqp_dispatch): new operations go behind
+     * them, and the fast path need not test the replay ring. */
     uint32_t fast_ops;
     /* Completions waiting in the CQ's wc ring still count against max_ops /
      * max_recvs, so the ring cannot overflow when the user posts without
@@ -289,6 +291,8 @@ struct vqp {
     unsigned wc_reserve; /* entries reserved in the CQ's wc ring */
     vqp_dev_connect_params_t connect;
     ucs_log_level_t fail_log_level;
+    /* fast_ops once connected, while no replay waits */
+    uint32_t fast_ops_up;
     int connected;
     int canceling;   /* vqp_cancel(): QP failures are expected */
     int rx_starved;  /* a core RQ stopped short (arrived ring full) */

@@ -929,7 +929,11 @@ static void vqp_dispatch(vqp_t *vqp)
             }
             ++vqp->stats.frags_replayed;
         }
-        ++vqp->replay_head;
+        if (++vqp->replay_head == vqp->replay_tail) {
+            /* The last replay went: the fast path may take new operations
+             * again, unless none may (fatal, set when no data QP is left). */
+            vqp->fast_ops = (vqp->fatal == UCS_OK) ? vqp->fast_ops_up : 0;
+        }
     }
 
     while (vqp->op_disp != vqp->op_tail) {
@@ -1151,6 +1155,7 @@ static void vqp_frag_done(vqp_t *vqp, vqp_pqp_t *pqp, vqp_frag_t *f,
             vqp_op_from_wqe(pqp, op, f->wqe);
         }
         vqp->replay[vqp->replay_tail++ & vqp->replay_mask] = *f;
+        vqp->fast_ops = 0; /* until the replays are posted (vqp_dispatch) */
         return;
     }
 
@@ -1627,11 +1632,12 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
-/* Nothing waits ahead of a new operation (dispatched, no replays) and the
- * operation ring has room: it may be posted at once. */
+/* Nothing waits ahead of a new operation and the operation ring has room:
+ * it may be posted at once. Replays: the callers test fast_ops too, which
+ * is 0 while any waits. */
 static UCS_F_ALWAYS_INLINE int vqp_post_now_ok(const vqp_t *vqp, uint32_t opn)
 {
-    return (vqp->op_disp == opn) && (vqp->replay_head == vqp->replay_tail) &&
+    return (vqp->op_disp == opn) &&
            (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops <
             vqp->max_ops);
 }
