@@ -1256,14 +1256,15 @@ static UCS_F_ALWAYS_INLINE void vqp_mark_dirty(vqp_t *vqp)
 /* Returns the CQ credits of a successful requester CQE (see vqp_tx_cqe_ok);
  * the other kinds give theirs back themselves. */
 static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
-                                                   struct mlx5_cqe64 *cqe)
+                                                   struct mlx5_cqe64 *cqe,
+                                                   uint8_t op_own)
 {
     vqp_t *vqp    = pqp->vqp;
     uint32_t done = 0;
     ucs_status_t status;
     uint8_t opcode;
 
-    if (ucs_likely(vqp_mlx5_cqe_is_req_ok(cqe))) {
+    if (ucs_likely(vqp_mlx5_op_own_is_req_ok(op_own))) {
         done = vqp_tx_cqe_ok(vqp, pqp, vqp_mlx5_cqe_wqe_counter(cqe));
     } else {
         /* The CQE's own kind (requester / responder, error or not) is
@@ -1287,12 +1288,13 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
     struct mlx5_cqe64 *cqe;
     vqp_pqp_t *pqp;
     unsigned count;
+    uint8_t op_own;
     uint32_t qpn;
     vqp_t *vqp;
 
     /* Bounded: a busy device must not keep its caller here (T9). */
     for (count = 0; count < cq->max_poll; ++count) {
-        cqe = vqp_mlx5_cq_poll(&cdev->cq);
+        cqe = vqp_mlx5_cq_poll_own(&cdev->cq, &op_own);
         if (cqe == NULL) {
             break;
         }
@@ -1307,7 +1309,7 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
             cdev->credits += (qpn == 0);
             continue;
         }
-        credits += vqp_handle_cqe(pqp, cqe);
+        credits += vqp_handle_cqe(pqp, cqe, op_own);
     }
     if (count != 0) {
         vqp_mlx5_cq_update_ci(&cdev->cq);
