@@ -1254,10 +1254,15 @@ static UCS_F_ALWAYS_INLINE void vqp_mark_dirty(vqp_t *vqp)
 }
 
 /* Returns the CQ credits of a successful requester CQE (see vqp_tx_cqe_ok);
- * the other kinds give theirs back themselves. */
+ * the other kinds give theirs back themselves, and may run user code
+ * (receives delivered, operations failed): they set *@a pqp_qpn to
+ * UINT32_MAX, so that the poll looks the next CQE's QP up in the table
+ * again (a callback may have destroyed a QP, and its QPN gone to a new
+ * one). */
 static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
                                                    struct mlx5_cqe64 *cqe,
-                                                   uint8_t op_own)
+                                                   uint8_t op_own,
+                                                   uint32_t *pqp_qpn)
 {
     vqp_t *vqp    = pqp->vqp;
     uint32_t done = 0;
@@ -1277,6 +1282,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
         } else {
             vqp_recv_cqe(pqp, cqe, status);
         }
+        *pqp_qpn = UINT32_MAX;
     }
     vqp_mark_dirty(vqp);
     return done;
@@ -1285,8 +1291,13 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
 unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
 {
     uint32_t credits = 0;
+    /* The QP of the last CQE: CQEs come in runs of one QP (a device works
+     * QP after QP; whole operations all go to the send QP), so the table
+     * is read once per run. Only while no user code ran since the lookup
+     * (vqp_handle_cqe), so the QP is still the one registered. */
+    uint32_t pqp_qpn = UINT32_MAX;
+    vqp_pqp_t *pqp   = NULL;
     struct mlx5_cqe64 *cqe;
-    vqp_pqp_t *pqp;
     unsigned count;
     uint8_t op_own;
     uint32_t qpn;
@@ -1300,16 +1311,20 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
         }
 
         qpn = vqp_mlx5_cqe_qpn(cqe);
-        pqp = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS]
-                             [qpn & (VQP_QPN_LOW_SIZE - 1)];
-        if (ucs_unlikely(pqp == NULL)) {
-            /* A QP destroyed with CQEs still queued (neutralised to QPN 0 by
-             * vqp_cq_retire, which kept its entry). */
-            ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
-            cdev->credits += (qpn == 0);
-            continue;
+        if (ucs_unlikely(qpn != pqp_qpn)) {
+            pqp = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS]
+                                 [qpn & (VQP_QPN_LOW_SIZE - 1)];
+            if (ucs_unlikely(pqp == NULL)) {
+                /* A QP destroyed with CQEs still queued (neutralised to QPN
+                 * 0 by vqp_cq_retire, which kept its entry). */
+                ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
+                cdev->credits += (qpn == 0);
+                pqp_qpn = UINT32_MAX;
+                continue;
+            }
+            pqp_qpn = qpn;
         }
-        credits += vqp_handle_cqe(pqp, cqe, op_own);
+        credits += vqp_handle_cqe(pqp, cqe, op_own, &pqp_qpn);
     }
     if (count != 0) {
         vqp_mlx5_cq_update_ci(&cdev->cq);
