@@ -2532,9 +2532,9 @@ static void test_post_behind_replays(void **state)
     pair_t p;
 
     pair_create(&p, &params);
-    fill_pattern(p.a.buf, BUF_SIZE, 6);
-    memset(p.b.buf, 0, BUF_SIZE);
     assert_int_equal(p.a.vqp->fast_ops, p.a.vqp->fast_ops_up);
+    fill_pattern(p.a.buf, 7u << 20, 6);
+    memset(p.b.buf, 0, 7u << 20);
     /* Both data QPs' rings full (8 fragments of 64 KiB each). */
     for (i = 0; i < n; ++i) {
         wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * 262144, i * 262144,
