@@ -1317,8 +1317,12 @@ unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
             if (ucs_unlikely(pqp == NULL)) {
                 /* A QP destroyed with CQEs still queued (neutralised to QPN
                  * 0 by vqp_cq_retire, which kept its entry). */
-                ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
-                cdev->credits += (qpn == 0);
+                /* The QPN read from the CQE again, not from qpn: kept live
+                 * for this rare case, qpn was spilled to the stack on every
+                 * CQE (and one read stored into a local is merged back). */
+                ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped",
+                          vqp_mlx5_cqe_qpn(cqe));
+                cdev->credits += (vqp_mlx5_cqe_qpn(cqe) == 0);
                 pqp_qpn = UINT32_MAX;
                 continue;
             }
