@@ -110,7 +110,10 @@ typedef struct vqp_wc {
     vqp_t *vqp;
 } vqp_wc_t;
 
-/* Completion delivery by callback (the UCT glue's way). */
+/* Completion delivery by callback (the UCT glue's way). @a wc is valid during
+ * the call only and must not be written: the core reuses it for the next
+ * completion and sets only the fields that differ. The callback may post to
+ * any virtual QP, its own included. */
 typedef void (*vqp_comp_cb_t)(void *arg, const vqp_wc_t *wc);
 
 /* ------------------------------------------------------------ virtual CQ */

@@ -149,10 +149,28 @@ typedef struct vqp_op {
     uint32_t lkey;      /* the first device's; the others' in vqp_op_ext_t */
     uint32_t rkey;
     uint32_t imm;
-    ucs_status_t status; /* first error */
-    uint8_t opcode;      /* vqp_opcode_t */
-    uint8_t flags;       /* VQP_SEND_* and VQP_OP_* */
+    union {
+        struct {
+            ucs_status_t status; /* first error */
+            uint8_t flags;       /* VQP_SEND_* and VQP_OP_* */
+        };
+        /* Both in one load: the report tests them at once (VQP_OP_SF). */
+        uint16_t status_flags;
+    };
+    uint8_t opcode; /* vqp_opcode_t */
 } UCS_V_ALIGNED(64) vqp_op_t;
+
+_Static_assert(sizeof(ucs_status_t) == 1, "vqp_op_t: status is one byte");
+
+/* The bits of vqp_op_t.status_flags: @a _status (a mask of the status
+ * byte) and @a _flags (of the flags byte). */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define VQP_OP_SF(_status, _flags) ((uint16_t)((_status) | ((_flags) << 8)))
+#define VQP_OP_SF_STATUS(_sf)      ((ucs_status_t)(_sf))
+#else
+#define VQP_OP_SF(_status, _flags) ((uint16_t)(((_status) << 8) | (_flags)))
+#define VQP_OP_SF_STATUS(_sf)      ((ucs_status_t)((_sf) >> 8))
+#endif
 
 /* The rest of an operation, same index: atomics' operands, and the keys of
  * devices after the first. */
@@ -184,7 +202,9 @@ struct vqp {
      * connected or once fatal is set. The same bits VQP_FAST_WHOLE higher:
      * those that go whole to the send QP when shorter than whole_max (not
      * multi-QP WRITE_IMM, which always stripes; none over several devices,
-     * whose other keys the lean path does not record). */
+     * whose other keys the lean path does not record). None while replays
+     * wait either (vqp_frag_done, vqp_dispatch): new operations go behind
+     * them, and the fast path need not test the replay ring. */
     uint32_t fast_ops;
     /* Completions waiting in the CQ's wc ring still count against max_ops /
      * max_recvs, so the ring cannot overflow when the user posts without
@@ -271,6 +291,8 @@ struct vqp {
     unsigned wc_reserve; /* entries reserved in the CQ's wc ring */
     vqp_dev_connect_params_t connect;
     ucs_log_level_t fail_log_level;
+    /* fast_ops once connected, while no replay waits */
+    uint32_t fast_ops_up;
     int connected;
     int canceling;   /* vqp_cancel(): QP failures are expected */
     int rx_starved;  /* a core RQ stopped short (arrived ring full) */

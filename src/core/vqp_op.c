@@ -109,8 +109,11 @@ static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
  * largest WQE in its SQ. */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_slot(const vqp_pqp_t *pqp)
 {
+    /* vqp_mlx5_txwq_avail() >= VQP_MLX5_MAX_BB as the BBs in use against
+     * a bound: 16-bit values (the ring has at most 32768), no widening. */
     return (VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) < pqp->frag_limit) &&
-           (vqp_mlx5_txwq_avail(&pqp->tx) >= VQP_MLX5_MAX_BB);
+           ((uint16_t)(pqp->tx.pi - pqp->tx.ci) <=
+            (uint16_t)(pqp->tx.mask + 1 - VQP_MLX5_MAX_BB));
 }
 
 /* Room in @a pqp's rings; a CQ credit too unless the caller holds one for
@@ -271,14 +274,13 @@ vqp_pick_whole_qp(vqp_t *vqp, const vqp_op_t *op, int *dead_p)
     return NULL;
 }
 
-/* Remember a posted WQE in its QP's fragment ring (room was checked);
- * vqp_frag_push also counts it. */
+/* Remember a posted WQE in its QP's fragment ring at @a frag, its next
+ * entry (room was checked); vqp_frag_push also counts it. */
 static UCS_F_ALWAYS_INLINE void
-vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
-                       uint32_t idx, int wqe, int seq_valid, int credit_held)
+vqp_frag_record_at(vqp_pqp_t *pqp, vqp_frag_t *frag, uint32_t op_off,
+                   uint8_t kind, uint32_t idx, int wqe, int seq_valid,
+                   int credit_held)
 {
-    vqp_frag_t *frag = vqp_pqp_frag(pqp, pqp->frag_tail++);
-
     if (!credit_held) {
         --pqp->cdev->credits;
     }
@@ -288,6 +290,14 @@ vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
                          .wqe_next = pqp->tx.pi,
                          .kind     = kind,
                          .flags    = seq_valid ? VQP_FRAG_F_SEQ : 0};
+}
+
+static UCS_F_ALWAYS_INLINE void
+vqp_frag_record_credit(vqp_pqp_t *pqp, uint32_t op_off, uint8_t kind,
+                       uint32_t idx, int wqe, int seq_valid, int credit_held)
+{
+    vqp_frag_record_at(pqp, vqp_pqp_frag(pqp, pqp->frag_tail++), op_off, kind,
+                       idx, wqe, seq_valid, credit_held);
 }
 
 static UCS_F_ALWAYS_INLINE void vqp_frag_record(vqp_pqp_t *pqp, uint32_t op_off,
@@ -919,7 +929,11 @@ static void vqp_dispatch(vqp_t *vqp)
             }
             ++vqp->stats.frags_replayed;
         }
-        ++vqp->replay_head;
+        if (++vqp->replay_head == vqp->replay_tail) {
+            /* The last replay went: the fast path may take new operations
+             * again, unless none may (fatal, set when no data QP is left). */
+            vqp->fast_ops = (vqp->fatal == UCS_OK) ? vqp->fast_ops_up : 0;
+        }
     }
 
     while (vqp->op_disp != vqp->op_tail) {
@@ -962,41 +976,66 @@ vqp_atomic_result(const vqp_t *vqp, const vqp_op_t *op, uint32_t opn)
     }
 }
 
-/* Report finished operations at the head, in posting order. Returns
- * non-zero when any was. */
-static int vqp_report(vqp_t *vqp)
+/* The report loop for @a cb, the virtual QP's callback (a constant at each
+ * call: the callback and the poll mode each get their own loop, without a
+ * test of comp_cb per operation). What a callback can change (the cursors:
+ * it may post, or report further down) is read again after each call. */
+static UCS_F_ALWAYS_INLINE void vqp_report_loop(vqp_t *vqp, vqp_comp_cb_t cb)
 {
-    uint32_t head = vqp->op_head;
     vqp_wc_t tmp, *wc;
-    ucs_status_t status;
+    uint16_t sf;
     vqp_op_t *op;
-    uint8_t flags;
 
+    /* The fields no operation changes, once: a callback gets a const
+     * pointer and must not write through it (vqp_comp_cb_t). */
+    tmp.flags = 0;
+    tmp.imm   = 0;
+    tmp.vqp   = vqp;
     while (vqp->op_head != vqp->op_disp) {
         op = VQP_OP(vqp, vqp->op_head);
         if (op->remaining != 0) {
             break;
         }
-        flags  = op->flags;
-        status = op->status;
+        sf = op->status_flags;
         ++vqp->op_head; /* and so ops_completed (vqp_query_stats) */
-        if (ucs_unlikely(flags & VQP_OP_ATOMIC) && (status == UCS_OK)) {
-            vqp_atomic_result(vqp, op, vqp->op_head - 1);
-        }
-        if ((flags & VQP_SEND_SIGNALED) || (status != UCS_OK)) {
-            /* Poll mode: built where the user reads it (one copy). */
-            wc           = (vqp->comp_cb == NULL) ? vqp_wc_slot(vqp, 0) : &tmp;
-            wc->wr_id    = op->wr_id;
-            wc->status   = status;
-            wc->opcode   = op->opcode;
-            wc->flags    = 0;
-            wc->imm      = 0;
-            wc->byte_len = op->length;
-            wc->vqp      = vqp;
-            if (vqp->comp_cb != NULL) {
-                vqp->comp_cb(vqp->comp_arg, wc);
+        if (ucs_unlikely(sf & VQP_OP_SF(0xff, VQP_OP_ATOMIC))) {
+            /* failed, or an atomic: one test for both in the common case */
+            if ((op->flags & VQP_OP_ATOMIC) && (op->status == UCS_OK)) {
+                vqp_atomic_result(vqp, op, vqp->op_head - 1);
             }
+            if (!(sf & VQP_OP_SF(0xff, VQP_SEND_SIGNALED))) {
+                continue;
+            }
+        } else if (!(sf & VQP_OP_SF(0, VQP_SEND_SIGNALED))) {
+            continue;
         }
+        if (cb == NULL) {
+            /* Poll mode: built where the user reads it (one copy). */
+            wc  = vqp_wc_slot(vqp, 0);
+            *wc = tmp;
+        } else {
+            wc = &tmp;
+        }
+        wc->wr_id    = op->wr_id;
+        wc->status   = VQP_OP_SF_STATUS(sf);
+        wc->opcode   = op->opcode;
+        wc->byte_len = op->length;
+        if (cb != NULL) {
+            cb(vqp->comp_arg, wc);
+        }
+    }
+}
+
+/* Report finished operations at the head, in posting order. Returns
+ * non-zero when any was. */
+static int vqp_report(vqp_t *vqp)
+{
+    uint32_t head = vqp->op_head;
+
+    if (vqp->comp_cb != NULL) {
+        vqp_report_loop(vqp, vqp->comp_cb);
+    } else {
+        vqp_report_loop(vqp, NULL);
     }
     if ((int32_t)(vqp->op_notify - vqp->op_head) < 0) {
         vqp->op_notify = vqp->op_head;
@@ -1116,6 +1155,7 @@ static void vqp_frag_done(vqp_t *vqp, vqp_pqp_t *pqp, vqp_frag_t *f,
             vqp_op_from_wqe(pqp, op, f->wqe);
         }
         vqp->replay[vqp->replay_tail++ & vqp->replay_mask] = *f;
+        vqp->fast_ops = 0; /* until the replays are posted (vqp_dispatch) */
         return;
     }
 
@@ -1214,16 +1254,22 @@ static UCS_F_ALWAYS_INLINE void vqp_mark_dirty(vqp_t *vqp)
 }
 
 /* Returns the CQ credits of a successful requester CQE (see vqp_tx_cqe_ok);
- * the other kinds give theirs back themselves. */
+ * the other kinds give theirs back themselves, and may run user code
+ * (receives delivered, operations failed): they set *@a pqp_qpn to
+ * UINT32_MAX, so that the poll looks the next CQE's QP up in the table
+ * again (a callback may have destroyed a QP, and its QPN gone to a new
+ * one). */
 static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
-                                                   struct mlx5_cqe64 *cqe)
+                                                   struct mlx5_cqe64 *cqe,
+                                                   uint8_t op_own,
+                                                   uint32_t *pqp_qpn)
 {
     vqp_t *vqp    = pqp->vqp;
     uint32_t done = 0;
     ucs_status_t status;
     uint8_t opcode;
 
-    if (ucs_likely(vqp_mlx5_cqe_is_req_ok(cqe))) {
+    if (ucs_likely(vqp_mlx5_op_own_is_req_ok(op_own))) {
         done = vqp_tx_cqe_ok(vqp, pqp, vqp_mlx5_cqe_wqe_counter(cqe));
     } else {
         /* The CQE's own kind (requester / responder, error or not) is
@@ -1236,6 +1282,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
         } else {
             vqp_recv_cqe(pqp, cqe, status);
         }
+        *pqp_qpn = UINT32_MAX;
     }
     vqp_mark_dirty(vqp);
     return done;
@@ -1244,30 +1291,44 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
 unsigned vqp_cq_poll_dev(vqp_cq_t *cq, vqp_cq_dev_t *cdev)
 {
     uint32_t credits = 0;
+    /* The QP of the last CQE: CQEs come in runs of one QP (a device works
+     * QP after QP; whole operations all go to the send QP), so the table
+     * is read once per run. Only while no user code ran since the lookup
+     * (vqp_handle_cqe), so the QP is still the one registered. */
+    uint32_t pqp_qpn = UINT32_MAX;
+    vqp_pqp_t *pqp   = NULL;
     struct mlx5_cqe64 *cqe;
-    vqp_pqp_t *pqp;
     unsigned count;
+    uint8_t op_own;
     uint32_t qpn;
     vqp_t *vqp;
 
     /* Bounded: a busy device must not keep its caller here (T9). */
     for (count = 0; count < cq->max_poll; ++count) {
-        cqe = vqp_mlx5_cq_poll(&cdev->cq);
+        cqe = vqp_mlx5_cq_poll_own(&cdev->cq, &op_own);
         if (cqe == NULL) {
             break;
         }
 
         qpn = vqp_mlx5_cqe_qpn(cqe);
-        pqp = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS]
-                             [qpn & (VQP_QPN_LOW_SIZE - 1)];
-        if (ucs_unlikely(pqp == NULL)) {
-            /* A QP destroyed with CQEs still queued (neutralised to QPN 0 by
-             * vqp_cq_retire, which kept its entry). */
-            ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped", qpn);
-            cdev->credits += (qpn == 0);
-            continue;
+        if (ucs_unlikely(qpn != pqp_qpn)) {
+            pqp = cdev->qpn_table[qpn >> VQP_QPN_LOW_BITS]
+                                 [qpn & (VQP_QPN_LOW_SIZE - 1)];
+            if (ucs_unlikely(pqp == NULL)) {
+                /* A QP destroyed with CQEs still queued (neutralised to QPN
+                 * 0 by vqp_cq_retire, which kept its entry). */
+                /* The QPN read from the CQE again, not from qpn: kept live
+                 * for this rare case, qpn was spilled to the stack on every
+                 * CQE (and one read stored into a local is merged back). */
+                ucs_debug("vqp cq: CQE of unknown QPN 0x%x dropped",
+                          vqp_mlx5_cqe_qpn(cqe));
+                cdev->credits += (vqp_mlx5_cqe_qpn(cqe) == 0);
+                pqp_qpn = UINT32_MAX;
+                continue;
+            }
+            pqp_qpn = qpn;
         }
-        credits += vqp_handle_cqe(pqp, cqe);
+        credits += vqp_handle_cqe(pqp, cqe, op_own, &pqp_qpn);
     }
     if (count != 0) {
         vqp_mlx5_cq_update_ci(&cdev->cq);
@@ -1592,11 +1653,12 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
     return UCS_OK;
 }
 
-/* Nothing waits ahead of a new operation (dispatched, no replays) and the
- * operation ring has room: it may be posted at once. */
+/* Nothing waits ahead of a new operation and the operation ring has room:
+ * it may be posted at once. Replays: the callers test fast_ops too, which
+ * is 0 while any waits. */
 static UCS_F_ALWAYS_INLINE int vqp_post_now_ok(const vqp_t *vqp, uint32_t opn)
 {
-    return (vqp->op_disp == opn) && (vqp->replay_head == vqp->replay_tail) &&
+    return (vqp->op_disp == opn) &&
            (VQP_RING_COUNT(vqp->op_head, opn) + vqp->wc_pending_ops <
             vqp->max_ops);
 }
@@ -1697,7 +1759,10 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
     vqp->op_disp = opn + 1;
     ++vqp->stats.ops_posted;
     ++vqp->stats.frags_posted;
-    vqp_frag_record(pqp, vqp_op_off(vqp, opn), VQP_FRAG_WHOLE, 0, wqe, 0);
+    /* The send QP's ring is its own, never a column of data_frags: an
+     * index, not vqp_pqp_frag's shift by frag_shift. */
+    vqp_frag_record_at(pqp, &pqp->frags[pqp->frag_tail++ & pqp->frag_mask],
+                       vqp_op_off(vqp, opn), VQP_FRAG_WHOLE, 0, wqe, 0, 0);
     if (inl) {
         vqp_mlx5_txwq_ring_last(&pqp->tx);
     } else {
@@ -1706,6 +1771,36 @@ vqp_post_whole_lean(vqp_t *vqp, const vqp_send_wr_t *wr, vqp_pqp_t *pqp,
         vqp_mlx5_txwq_ring_newest(&pqp->tx, VQP_MLX5_RDMA_1SGE_BB);
     }
     return UCS_OK;
+}
+
+/* The common case of vqp_post_send for @a opcode (a WRITE / READ, or a
+ * DQPLB WRITE_IMM; a constant at each call, so its bits in fast_ops are
+ * constant masks): on a healthy, connected virtual QP with nothing waiting
+ * ahead and room in the operation ring, the checks vqp_check_send and the
+ * slow path make all pass for it. Each other case leaves by a tail call at
+ * its first failing test; the lean path is a function of its own, so that
+ * the registers it needs are saved there only (inlined here, GCC saved them
+ * before the second test and restored them on every way out). */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+vqp_post_send_opc(vqp_t *vqp, const vqp_send_wr_t *wr, unsigned opcode,
+                  ucs_status_t (*lean)(vqp_t *, const vqp_send_wr_t *))
+{
+    vqp_pqp_t *pqp = vqp->send_qp;
+
+    if (ucs_unlikely(!vqp_post_now_ok(vqp, vqp->op_tail))) {
+        return vqp_post_send_slow(vqp, wr);
+    }
+    /* An opcode that may go whole may take the fast path (its bit is set
+     * too): that bit is tested only when the lean path is out. */
+    if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode + VQP_FAST_WHOLE)) ||
+                     (wr->length >= vqp->whole_max) ||
+                     !vqp_pqp_has_room_lean(pqp))) {
+        if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode)))) {
+            return vqp_post_send_slow(vqp, wr);
+        }
+        return vqp_post_send_accepted(vqp, wr);
+    }
+    return lean(vqp, wr);
 }
 
 /* Out of line, so that the checks before them need no registers saved;
@@ -1726,6 +1821,22 @@ static UCS_F_NOINLINE ucs_status_t
 vqp_post_send_lean_write_imm(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
     return vqp_post_whole_lean(vqp, wr, vqp->send_qp, 0, VQP_OP_WRITE_IMM);
+}
+
+/* The checks of READ and WRITE_IMM, one function per opcode (its bits in
+ * fast_ops are constant masks then), without a stack frame; WRITE's are in
+ * vqp_post_send itself. */
+static UCS_F_NOINLINE ucs_status_t vqp_post_send_read(vqp_t *vqp,
+                                                      const vqp_send_wr_t *wr)
+{
+    return vqp_post_send_opc(vqp, wr, VQP_OP_READ, vqp_post_send_lean_read);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+vqp_post_send_write_imm(vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    return vqp_post_send_opc(vqp, wr, VQP_OP_WRITE_IMM,
+                             vqp_post_send_lean_write_imm);
 }
 
 /* Flags besides SIGNALED: an inline WRITE / SEND (UCT's put_short and
@@ -1749,34 +1860,20 @@ vqp_post_send_flagged(vqp_t *vqp, const vqp_send_wr_t *wr)
 
 ucs_status_t vqp_post_send(vqp_t *vqp, const vqp_send_wr_t *wr)
 {
-    unsigned opcode = wr->opcode;
-    uint32_t opn    = vqp->op_tail;
-    vqp_pqp_t *pqp  = vqp->send_qp;
-
-    /* The common case: a signaled or unsignaled WRITE / READ (or DQPLB
-     * WRITE_IMM) on a healthy, connected virtual QP with nothing waiting
-     * ahead of it and room in the operation ring. The checks vqp_check_send
-     * and the slow path make all pass for it. Each other case leaves by a
-     * tail call at its first failing test. */
+    /* Flags besides SIGNALED, then by opcode: a tail call each, but a
+     * WRITE, the most common, is checked here (one jump less). */
     if (ucs_unlikely(wr->flags & ~(unsigned)VQP_SEND_SIGNALED)) {
         return vqp_post_send_flagged(vqp, wr);
     }
-    if (ucs_unlikely((opcode > VQP_OP_READ) ||
-                     !(vqp->fast_ops & UCS_BIT(opcode)) ||
-                     !vqp_post_now_ok(vqp, opn))) {
-        return vqp_post_send_slow(vqp, wr);
+    if (wr->opcode == VQP_OP_WRITE) {
+        return vqp_post_send_opc(vqp, wr, VQP_OP_WRITE,
+                                 vqp_post_send_lean_write);
+    } else if (wr->opcode == VQP_OP_READ) {
+        return vqp_post_send_read(vqp, wr);
+    } else if (wr->opcode == VQP_OP_WRITE_IMM) {
+        return vqp_post_send_write_imm(vqp, wr);
     }
-    if (ucs_unlikely(!(vqp->fast_ops & UCS_BIT(opcode + VQP_FAST_WHOLE)) ||
-                     (wr->length >= vqp->whole_max) ||
-                     !vqp_pqp_has_room_lean(pqp))) {
-        return vqp_post_send_accepted(vqp, wr);
-    }
-    if (opcode == VQP_OP_WRITE) {
-        return vqp_post_send_lean_write(vqp, wr);
-    } else if (opcode == VQP_OP_READ) {
-        return vqp_post_send_lean_read(vqp, wr);
-    }
-    return vqp_post_send_lean_write_imm(vqp, wr);
+    return vqp_post_send_slow(vqp, wr);
 }
 
 unsigned vqp_send_avail(const vqp_t *vqp)

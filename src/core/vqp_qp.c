@@ -725,16 +725,18 @@ ucs_status_t vqp_connect(vqp_t *vqp, const void *buf, size_t len)
             return status;
         }
     }
-    vqp->connected = 1;
-    vqp->fast_ops  = UCS_BIT(VQP_OP_WRITE) | UCS_BIT(VQP_OP_READ);
+    vqp->connected   = 1;
+    vqp->fast_ops_up = UCS_BIT(VQP_OP_WRITE) | UCS_BIT(VQP_OP_READ);
     if (!vqp->peer_no_imm && (vqp->notify_qp == NULL)) {
-        vqp->fast_ops |= UCS_BIT(VQP_OP_WRITE_IMM);
+        vqp->fast_ops_up |= UCS_BIT(VQP_OP_WRITE_IMM);
     }
     if (vqp->cq->num_devs == 1) {
-        vqp->fast_ops |= (vqp->fast_ops &
-                          ~((vqp->num_qps > 1) ? UCS_BIT(VQP_OP_WRITE_IMM) : 0))
-                         << VQP_FAST_WHOLE;
+        vqp->fast_ops_up |=
+            (vqp->fast_ops_up &
+             ~((vqp->num_qps > 1) ? UCS_BIT(VQP_OP_WRITE_IMM) : 0))
+            << VQP_FAST_WHOLE;
     }
+    vqp->fast_ops = vqp->fast_ops_up;
     vqp_recv_replenish(vqp);
     return UCS_OK;
 }

@@ -52,7 +52,7 @@ vqp_mlx5_cqe_is_sw_owned(uint8_t op_own, uint32_t index, unsigned log_cnt)
  * before trusting any other field. The device learns about consumed CQEs
  * only from vqp_mlx5_cq_update_ci(). */
 static UCS_F_ALWAYS_INLINE struct mlx5_cqe64 *
-vqp_mlx5_cq_poll(vqp_mlx5_cq_t *cq)
+vqp_mlx5_cq_poll_own(vqp_mlx5_cq_t *cq, uint8_t *op_own_p)
 {
     struct mlx5_cqe64 *cqe = vqp_mlx5_cq_get(cq, cq->ci);
     uint8_t op_own         = *(volatile uint8_t *)&cqe->op_own;
@@ -63,7 +63,16 @@ vqp_mlx5_cq_poll(vqp_mlx5_cq_t *cq)
     /* op_own is written last: read the other fields only after it. */
     ucs_memory_cpu_load_fence();
     ++cq->ci;
+    *op_own_p = op_own;
     return cqe;
+}
+
+static UCS_F_ALWAYS_INLINE struct mlx5_cqe64 *
+vqp_mlx5_cq_poll(vqp_mlx5_cq_t *cq)
+{
+    uint8_t op_own;
+
+    return vqp_mlx5_cq_poll_own(cq, &op_own);
 }
 
 /* Tell the device which CQEs it may overwrite (after one poll or a batch). */
@@ -222,10 +231,15 @@ vqp_mlx5_cqe_status(const struct mlx5_cqe64 *cqe)
 /* A successful requester CQE in normal format (opcode MLX5_CQE_REQ, format
  * not compressed): the fast path's one test, which implies
  * vqp_mlx5_cqe_status() == UCS_OK. */
+static UCS_F_ALWAYS_INLINE int vqp_mlx5_op_own_is_req_ok(uint8_t op_own)
+{
+    return (op_own & 0xfc) < 0x0c;
+}
+
 static UCS_F_ALWAYS_INLINE int
 vqp_mlx5_cqe_is_req_ok(const struct mlx5_cqe64 *cqe)
 {
-    return (cqe->op_own & 0xfc) < 0x0c;
+    return vqp_mlx5_op_own_is_req_ok(cqe->op_own);
 }
 
 /* Ask for an event at the next (solicited, if @a solicited) CQE. Needs the

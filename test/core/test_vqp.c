@@ -2396,6 +2396,189 @@ static void test_inline_write_copied(void **state)
     pair_destroy(&p);
 }
 
+/* Completions by callback, as the UCT glue takes them: what each callback
+ * sees, in posting order, exactly once; an unsignaled operation gets none,
+ * an atomic's result is in place when its callback runs, and a callback may
+ * post (a chain of whole WRITEs posted from inside the report) without
+ * breaking the order or losing a completion. A striped operation in flight
+ * ahead of whole ones holds their reports back until it completes. */
+typedef struct report_cb {
+    pair_t *p;
+    vqp_wc_t wcs[64];
+    uint64_t atomic_seen; /* the result word when the atomic's report ran */
+    unsigned n;
+    unsigned chain; /* posts left to make from callbacks */
+} report_cb_t;
+
+static void report_cb(void *arg, const vqp_wc_t *wc)
+{
+    report_cb_t *r = arg;
+    vqp_send_wr_t wr;
+
+    assert_true(r->n < ucs_static_array_size(r->wcs));
+    assert_ptr_equal(wc->vqp, r->p->a.vqp);
+    assert_int_equal(wc->flags, 0);
+    assert_int_equal(wc->imm, 0);
+    r->wcs[r->n++] = *wc;
+    if (wc->opcode == VQP_OP_ATOMIC_FA) {
+        r->atomic_seen = *(uint64_t *)(r->p->a.buf + 8192);
+    }
+    if ((wc->wr_id >= 5) && (wc->wr_id < 100) && (r->chain > 0)) {
+        /* the first of the chain, posted from the report of id 5 */
+        --r->chain;
+        wr = make_wr(&r->p->a, &r->p->b, VQP_OP_WRITE, 100, 16384, 16384, 512);
+        assert_int_equal(vqp_post_send(r->p->a.vqp, &wr), UCS_OK);
+    } else if ((wc->wr_id >= 100) && (r->chain > 0)) {
+        --r->chain;
+        wr = make_wr(&r->p->a, &r->p->b, VQP_OP_WRITE, wc->wr_id + 1,
+                     16384 + 512 * (wc->wr_id - 99),
+                     16384 + 512 * (wc->wr_id - 99), 512);
+        assert_int_equal(vqp_post_send(r->p->a.vqp, &wr), UCS_OK);
+    }
+}
+
+static void report_cb_wait(pair_t *p, report_cb_t *r, unsigned want)
+{
+    unsigned steps;
+
+    for (steps = 0; (r->n < want) && (steps < 2000000); ++steps) {
+        vqp_cq_progress(p->a.cq);
+        vqp_cq_progress(p->b.cq);
+    }
+    assert_int_equal(r->n, want);
+}
+
+static void test_report_callback(void **state)
+{
+    static const uint64_t expect_id[]  = {0, 1, 3, 5, 100, 101, 102};
+    static const uint64_t expect_len[] = {200000, 100, 8, 4000, 512, 512, 512};
+    vqp_params_t params                = base_params(4, VQP_LB_DQPLB);
+    report_cb_t r                      = {0};
+    uint64_t *remote;
+    vqp_send_wr_t wr;
+    unsigned i, n = ucs_static_array_size(expect_id);
+    pair_t p;
+
+    params.comp_cb  = report_cb;
+    params.comp_arg = &r;
+    pair_create(&p, &params);
+    r.p     = &p;
+    r.chain = 3;
+    fill_pattern(p.a.buf, 1u << 20, 11);
+    memset(p.b.buf, 0, 1u << 20);
+    remote  = (uint64_t *)(p.b.buf + 8192);
+    *remote = 40;
+
+    /* striped, ahead of the whole ones */
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 0, 65536, 65536, 200000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 100);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 100, 100, 100);
+    wr.flags = 0; /* no report */
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr             = make_wr(&p.a, &p.b, VQP_OP_ATOMIC_FA, 3, 8192, 8192, 8);
+    wr.compare_add = 2;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 5, 4096, 4096, 4000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    assert_int_equal(r.n, 0);
+
+    report_cb_wait(&p, &r, n);
+    for (i = 0; i < n; ++i) {
+        assert_int_equal(r.wcs[i].wr_id, expect_id[i]);
+        assert_int_equal(r.wcs[i].status, UCS_OK);
+        assert_int_equal(r.wcs[i].byte_len, expect_len[i]);
+        assert_int_equal(r.wcs[i].opcode,
+                         (i == 2) ? VQP_OP_ATOMIC_FA : VQP_OP_WRITE);
+    }
+    assert_int_equal(r.atomic_seen, 40);
+    assert_int_equal(*remote, 42);
+    assert_memory_equal(p.a.buf, p.b.buf, 200);
+    assert_memory_equal(p.a.buf + 4096, p.b.buf + 4096, 4000);
+    assert_memory_equal(p.a.buf + 16384, p.b.buf + 16384, 3 * 512);
+    assert_memory_equal(p.a.buf + 65536, p.b.buf + 65536, 200000);
+
+    /* A failed operation is reported, signaled or not, with its status;
+     * its callback's wc carries it, the next one's does not. */
+    r.n      = 0;
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 7, 0, 0, 64);
+    wr.flags = 0;
+    wr.rkey[0] ^= 0x5a5a;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 8, 0, 524288, 65536);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    report_cb_wait(&p, &r, 2);
+    assert_int_equal(r.wcs[0].wr_id, 7);
+    assert_true(r.wcs[0].status != UCS_OK);
+    assert_int_equal(r.wcs[0].byte_len, 64);
+    assert_int_equal(r.wcs[1].wr_id, 8);
+    assert_int_equal(r.wcs[1].status, UCS_OK);
+    pair_idle(&p, 100);
+    assert_int_equal(r.n, 2); /* exactly once */
+    pair_destroy(&p);
+}
+
+/* While replays of a failed QP's fragments wait, the fast path is closed
+ * (fast_ops 0): new operations go behind them through the slow path, and
+ * complete in order; once the replays went, whole operations take the lean
+ * path again. */
+static void test_post_behind_replays(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    unsigned i, n = 4, extra = 0, waited = 0, steps;
+    vqp_send_wr_t wr;
+    uint32_t tail;
+    pair_t p;
+
+    pair_create(&p, &params);
+    assert_int_equal(p.a.vqp->fast_ops, p.a.vqp->fast_ops_up);
+    fill_pattern(p.a.buf, 7u << 20, 6);
+    memset(p.b.buf, 0, 7u << 20);
+    /* Both data QPs' rings full (8 fragments of 64 KiB each). */
+    for (i = 0; i < n; ++i) {
+        wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * 262144, i * 262144,
+                     262144);
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->qps[0].dev_qp), UCS_OK);
+    /* One CQE per poll: QP 0's flushed fragments come first and go to the
+     * replay ring while QP 1's completions are not polled yet (its ring
+     * full), so the replays wait. */
+    p.a.cq->max_poll = 1;
+    for (steps = 0; p.a.nwcs < n + extra; ++steps) {
+        assert_true(steps < 2000000);
+        pair_idle(&p, 1);
+        if (p.a.vqp->replay_head != p.a.vqp->replay_tail) {
+            ++waited;
+            assert_int_equal(p.a.vqp->fast_ops, 0);
+            if (extra < 8) {
+                wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, n + extra,
+                             (4u << 20) + extra * 1000,
+                             (4u << 20) + extra * 1000, 1000);
+                assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+                ++extra;
+            }
+        }
+    }
+    assert_true(waited > 0);
+    check_in_order(&p.a, n + extra, 0);
+    assert_memory_equal(p.a.buf, p.b.buf, n * 262144);
+    assert_memory_equal(p.a.buf + (4u << 20), p.b.buf + (4u << 20),
+                        extra * 1000);
+    assert_int_equal(p.a.vqp->fast_ops, p.a.vqp->fast_ops_up);
+
+    /* The lean path again: a whole WRITE is on the send QP at once. */
+    tail = p.a.vqp->send_qp->frag_tail;
+    wr   = make_wr(&p.a, &p.b, VQP_OP_WRITE, 99, 6u << 20, 6u << 20, 100);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    assert_int_equal(p.a.vqp->send_qp->frag_tail, tail + 1);
+    pair_wait(&p, n + extra + 1, 0);
+    assert_int_equal(p.a.wcs[n + extra].wr_id, 99);
+    assert_int_equal(p.a.wcs[n + extra].status, UCS_OK);
+    pair_destroy(&p);
+}
+
 static void test_post_errors(void **state)
 {
     vqp_params_t params = base_params(2, VQP_LB_DQPLB);
@@ -2516,6 +2699,8 @@ int main(void)
         cmocka_unit_test(test_cq_credits_destroy_unpolled),
         cmocka_unit_test_setup_teardown(test_no_recvs, test_log_setup,
                                         test_log_teardown),
+        cmocka_unit_test(test_report_callback),
+        cmocka_unit_test(test_post_behind_replays),
         cmocka_unit_test(test_post_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

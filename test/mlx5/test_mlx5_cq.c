@@ -44,9 +44,11 @@ static void poll_wraps(uint32_t cqe_size)
     uint32_t produced = 0, consumed = 0, burst;
     struct mlx5_cqe64 *cqe;
     vqp_mlx5_cq_t cq = {0};
+    uint8_t op_own   = 0;
 
     assert_int_equal(vqp_mlx5_cq_init(&cq, &f->dv), UCS_OK);
     assert_null(vqp_mlx5_cq_poll(&cq)); /* a new CQ is empty */
+    assert_null(vqp_mlx5_cq_poll_own(&cq, &op_own));
 
     for (burst = 1; produced < 6 * 8; burst = (burst % 8) + 1) {
         uint32_t n;
@@ -56,7 +58,18 @@ static void poll_wraps(uint32_t cqe_size)
                          (uint16_t)(produced * 3), produced * 11,
                          htobe32(produced ^ 0xabcdef));
         }
-        while ((cqe = vqp_mlx5_cq_poll(&cq)) != NULL) {
+        /* Every third CQE through vqp_mlx5_cq_poll, the others through
+         * vqp_mlx5_cq_poll_own, which also returns the op_own byte it
+         * checked (the core's poll tests it without reading it again). */
+        while ((cqe = (consumed % 3) ? vqp_mlx5_cq_poll_own(&cq, &op_own)
+                                     : vqp_mlx5_cq_poll(&cq)) != NULL) {
+            if (consumed % 3) {
+                assert_int_equal(op_own, cqe->op_own);
+                assert_int_equal(vqp_mlx5_op_own_is_req_ok(op_own),
+                                 consumed % 4 == MLX5_CQE_REQ);
+            }
+            assert_int_equal(vqp_mlx5_cqe_is_req_ok(cqe),
+                             consumed % 4 == MLX5_CQE_REQ);
             assert_int_equal(vqp_mlx5_cqe_status(cqe), UCS_OK);
             assert_int_equal(vqp_mlx5_cqe_opcode(cqe), consumed % 4);
             assert_int_equal(vqp_mlx5_cqe_qpn(cqe), 0x100 + consumed);
