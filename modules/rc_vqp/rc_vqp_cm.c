@@ -10,7 +10,6 @@
 
 #include "rc_vqp.h"
 
-#include <ucs/arch/cpu.h>
 #include <ucs/async/async.h>
 #include <ucs/datastruct/queue.h>
 #include <ucs/debug/log.h>
@@ -125,16 +124,21 @@ static char *uct_rc_vqp_cm_tx_slot(uct_rc_vqp_cm_t *cm, uint64_t count)
 
 /* The interface's thread takes the manager's lock through these: nested
  * calls (a handler destroying an endpoint, which says DISC) only count. The
- * async responder only tries the lock itself, never waits for it. */
+ * async responder only tries the lock itself, never waits for it. Without a
+ * responder (poll-mode async context, an HCA) there is nobody to exclude:
+ * no lock at all, nothing added to progress. */
 static void uct_rc_vqp_cm_lock(uct_rc_vqp_cm_t *cm)
 {
-    if (cm->lock_depth++ == 0) {
+    if ((cm->async_timer >= 0) && (cm->lock_depth++ == 0)) {
         ucs_spin_lock(&cm->lock);
     }
 }
 
 static int uct_rc_vqp_cm_trylock(uct_rc_vqp_cm_t *cm)
 {
+    if (cm->async_timer < 0) {
+        return 1;
+    }
     if ((cm->lock_depth == 0) && !ucs_spin_try_lock(&cm->lock)) {
         return 0;
     }
@@ -144,7 +148,7 @@ static int uct_rc_vqp_cm_trylock(uct_rc_vqp_cm_t *cm)
 
 static void uct_rc_vqp_cm_unlock(uct_rc_vqp_cm_t *cm)
 {
-    if (--cm->lock_depth == 0) {
+    if ((cm->async_timer >= 0) && (--cm->lock_depth == 0)) {
         ucs_spin_unlock(&cm->lock);
     }
 }
@@ -877,7 +881,6 @@ ucs_status_t uct_rc_vqp_cm_arm(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
     ucs_status_t status;
-    uint8_t op_own;
 
     uct_rc_vqp_cm_lock(cm);
     if (!ucs_queue_is_empty(&cm->deferred)) {
@@ -888,11 +891,7 @@ ucs_status_t uct_rc_vqp_cm_arm(uct_rc_vqp_iface_t *iface)
     if (status != UCS_OK) {
         goto out;
     }
-    /* Armed first, then looked: a CQE written before the arm raises no
-     * event. */
-    ucs_memory_cpu_fence();
-    op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(&cm->cq, cm->cq.ci)->op_own;
-    if (vqp_mlx5_cqe_is_sw_owned(op_own, cm->cq.ci, cm->cq.log_cnt)) {
+    if (vqp_mlx5_cq_ready_at_arm(&cm->cq)) {
         status = UCS_ERR_BUSY;
     }
 out:
@@ -1028,15 +1027,26 @@ ucs_status_t uct_rc_vqp_cm_unpack_iface_address(const void *buf,
 
 /* The async responder's timer, on the worker's async context. A context in
  * poll mode dispatches timers only when its owner asks (ucs_async_poll),
- * which no interface user does between its progress calls: none then. */
+ * which no interface user does between its progress calls: none then. Nor
+ * on a device whose QPs may share a doorbell register: the MRA rings the UD
+ * QP's from the async thread while the interface's thread may ring a data
+ * QP's (vqp_dev_attr_t.qp_db_private). */
 static ucs_status_t uct_rc_vqp_cm_async_start(uct_rc_vqp_iface_t *iface)
 {
     ucs_async_context_t *async = iface->super.worker->async;
     uct_rc_vqp_cm_t *cm        = &iface->cm;
     double tick =
         ucs_max(ucs_min(UCT_RC_VQP_CM_ASYNC_TICK, cm->timeout / 10), 0.001);
+    vqp_dev_attr_t attr;
     ucs_status_t status;
 
+    vqp_dev_query(iface->dev, &attr);
+    if (!attr.qp_db_private) {
+        ucs_debug("rc_vqp cm: %s: its QPs may share doorbell registers; busy"
+                  " peers are not answered from the async thread",
+                  attr.name);
+        return UCS_OK;
+    }
     if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
         return UCS_OK;
     }

@@ -331,7 +331,6 @@ ucs_status_t vqp_cq_arm(vqp_cq_t *cq)
 {
     vqp_cq_dev_t *cdev;
     ucs_status_t status;
-    uint8_t op_own;
     unsigned i;
 
     if (cq->wc_head != cq->wc_tail) {
@@ -343,12 +342,7 @@ ucs_status_t vqp_cq_arm(vqp_cq_t *cq)
         if (status != UCS_OK) {
             return status;
         }
-        /* Armed first, then looked: a CQE written before the arm raises no
-         * event, one written after it does. */
-        ucs_memory_cpu_fence();
-        op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(&cdev->cq, cdev->cq.ci)
-                      ->op_own;
-        if (vqp_mlx5_cqe_is_sw_owned(op_own, cdev->cq.ci, cdev->cq.log_cnt)) {
+        if (vqp_mlx5_cq_ready_at_arm(&cdev->cq)) {
             return UCS_ERR_BUSY;
         }
     }

@@ -504,6 +504,9 @@ ucs_status_t vqp_dev_hw_open(const char *name,
     hw->super.attr.comp_events =
         vqp_dev_hw_channel_create(hw->ctx, name, UCS_LOG_LEVEL_DIAG,
                                   &hw->channel) == UCS_OK;
+    /* QPs come from ibv_create_qp on a plain PD: their BlueFlame registers
+     * may be shared (no thread domain yet). */
+    hw->super.attr.qp_db_private = 0;
 
     ibv_free_device_list(devices);
     *dev_p = &hw->super;

@@ -97,6 +97,7 @@ ucs_status_t vqp_dev_sw_open(const char *name, vqp_dev_t **dev_p)
     attr->gid_index        = -1;
     attr->max_ud_msg       = VQP_SW_UD_MAX_MSG;
     attr->comp_events      = 1;
+    attr->qp_db_private    = 1; /* a BlueFlame buffer per QP */
     dev->exec_doorbell     = sw_attr.exec_doorbell;
 
     vqp_sw_dev_address(dev->sw, &sw_addr);

@@ -104,6 +104,13 @@ typedef struct vqp_dev_attr {
     int gid_index;       /* RoCE: the GID index in use, else -1 */
     uint32_t max_ud_msg; /* largest UD payload: the path MTU */
     int comp_events;     /* vqp_dev_event_* work (see "events" below) */
+    /* Every QP rings a doorbell (BlueFlame) register of its own, so QPs of
+     * one device may be posted from different threads at once. Not so on a
+     * ConnectX opened by ibv_create_qp: rdma-core shares the medium-latency
+     * BlueFlame registers between QPs, and a concurrent copy into a shared
+     * one corrupts both doorbells (rdma-core locks; a thread domain per
+     * thread would give each its own). */
+    int qp_db_private;
 } vqp_dev_attr_t;
 
 void vqp_dev_query(const vqp_dev_t *dev, vqp_dev_attr_t *attr);

@@ -709,6 +709,7 @@ static void test_events(void **state)
     assert_int_equal(ep_init(&b, open_sw()), 0);
     vqp_dev_query(b.dev, &attr);
     assert_true(attr.comp_events);
+    assert_true(attr.qp_db_private); /* a BlueFlame buffer per QP */
     ep_addr(&a, &addr_a);
     ep_addr(&b, &addr_b);
     assert_int_equal(vqp_dev_qp_connect(a.qp, &addr_b, NULL), UCS_OK);

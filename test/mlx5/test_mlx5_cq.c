@@ -279,6 +279,13 @@ static void test_arm(void **state)
     assert_int_equal(be64toh(f->uar[MLX5_CQ_DOORBELL / 8]),
                      ((uint64_t)val << 32) | 0x77);
 
+    /* Nothing at ci after the arm, then a CQE the device wrote there. */
+    assert_false(vqp_mlx5_cq_ready_at_arm(&cq));
+    fake_cq_push(f, MLX5_CQE_REQ, 1, 0, 0, 0);
+    assert_true(vqp_mlx5_cq_ready_at_arm(&cq));
+    assert_non_null(vqp_mlx5_cq_poll(&cq));
+    assert_false(vqp_mlx5_cq_ready_at_arm(&cq));
+
     cq.uar = NULL;
     assert_int_equal(vqp_mlx5_cq_arm(&cq, 0), UCS_ERR_UNSUPPORTED);
     expect_log(UCS_LOG_LEVEL_ERROR, "no doorbell page");
