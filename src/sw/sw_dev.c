@@ -303,6 +303,7 @@ ucs_status_t vqp_sw_dev_open(const char *name, vqp_sw_dev_t **dev_p)
     dev->next_gen = 1;
     dev->event_fd = -1;
     dev->wake_fd  = -1;
+    dev->maps_fd  = VQP_SW_MAPS_UNKNOWN;
     vqp_sw_shm_name(dev->name, sizeof(dev->name), (uint32_t)getuid(), dev->pid,
                     dev->instance);
     dev->seg_size =
@@ -543,6 +544,9 @@ void vqp_sw_dev_close(vqp_sw_dev_t *dev)
     vqp_sw_defer_forget(dev);
     __atomic_store_n(&dev->shm->alive, 0, __ATOMIC_RELEASE);
     vqp_sw_event_close(dev);
+    if (dev->maps_fd >= 0) {
+        close(dev->maps_fd);
+    }
     shm_unlink(dev->name);
     if ((dev->life_tid == 0) || (dev->life_tid == gettid())) {
         if (dev->life_tid != 0) {

@@ -115,6 +115,9 @@ typedef struct vqp_sw_shm_qp {
     uint64_t ud_dropped; /* UD datagrams sent but not delivered */
 } vqp_sw_shm_qp_t;
 
+/* dev->maps_fd before the first registration looked. */
+#define VQP_SW_MAPS_UNKNOWN (-2)
+
 typedef struct vqp_sw_shm_srq {
     uint32_t used;
     uint32_t wqe_cnt;
@@ -393,6 +396,10 @@ struct vqp_sw_dev {
     bool defer_listed;        /* on this thread's list of such devices */
     vqp_sw_dev_t *defer_next; /* that list */
     uint64_t last_liveness;
+    /* /proc/self/maps for PROCMAP_QUERY (sw_mr.c), opened at the first
+     * registration; -1: not available (mincore only), VQP_SW_MAPS_UNKNOWN:
+     * not opened yet. */
+    int maps_fd;
     uint32_t err_gen_seen; /* shm->err_gen at the last full QP scan */
     pid_t life_tid;        /* thread holding shm->life (0: none) */
     /* Events (sw_event.c): the bound socket peers wake us through, and an
@@ -425,6 +432,8 @@ void vqp_sw_unlock(vqp_sw_shm_t *shm);
 void *vqp_sw_arena_alloc(vqp_sw_dev_t *dev, size_t size, size_t *pages_p,
                          uint64_t *off_p);
 void vqp_sw_arena_free(vqp_sw_dev_t *dev, uint64_t off, size_t pages);
+/* This process's pid (cached; a forked child gets its own). */
+uint32_t vqp_sw_pid(void);
 /* Move data between this process and process @a pid (memcpy when it is us).
  * Returns 0, or an errno (ESRCH: gone, EFAULT: bad remote address). */
 int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,

@@ -12,28 +12,116 @@
 #include <ucs/sys/sys.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define VQP_SW_ACCESS_ALL                               \
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
-/* ibv_reg_mr pins every page and fails with EFAULT where one is not mapped;
- * a region that passed here over a hole would only fail on an HCA (a cache
- * merging regions across freed memory, say). mincore reports ENOMEM for an
- * unmapped page, resident or not, one syscall per VQP_SW_MR_CHECK_PAGES. */
+/* Access that makes ibv_reg_mr pin the pages for writing (the kernel's
+ * ib_access_writable): read-only memory cannot be registered with it. */
+#define VQP_SW_ACCESS_WRITABLE                          \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+     IBV_ACCESS_REMOTE_ATOMIC)
+
+/* The layout of the kernel's struct procmap_query (uapi linux/fs.h, Linux
+ * 6.11; bookworm's headers predate it): one ioctl on /proc/self/maps
+ * returns the mapping that covers an address, with its rights. */
+typedef struct vqp_sw_procmap_query {
+    uint64_t size; /* of this struct: the kernel's ABI version */
+    uint64_t query_flags;
+    uint64_t query_addr;
+    uint64_t vma_start;
+    uint64_t vma_end;
+    uint64_t vma_flags;
+    uint64_t vma_page_size;
+    uint64_t vma_offset;
+    uint64_t inode;
+    uint32_t dev_major;
+    uint32_t dev_minor;
+    uint32_t vma_name_size;
+    uint32_t build_id_size;
+    uint64_t vma_name_addr;
+    uint64_t build_id_addr;
+} vqp_sw_procmap_query_t;
+
+_Static_assert(sizeof(vqp_sw_procmap_query_t) == 104,
+               "struct procmap_query of Linux 6.11");
+
+#define VQP_SW_PROCMAP_QUERY    _IOWR('f', 17, vqp_sw_procmap_query_t)
+#define VQP_SW_PROCMAP_READABLE 0x01ull
+#define VQP_SW_PROCMAP_WRITABLE 0x02ull
+
+/* ibv_reg_mr pins every page (get_user_pages) and fails with EFAULT where it
+ * cannot: a page that is not mapped, not readable (PROT_NONE), or read-only
+ * while the access asks for a write right. A region that passed here would
+ * only fail on an HCA (a cache merging regions across freed memory, UCP
+ * sending from read-only pages without taking its fallback). */
 #define VQP_SW_MR_CHECK_PAGES 4096u
 
-static ucs_status_t vqp_sw_mr_check_mapped(vqp_sw_dev_t *dev, void *addr,
-                                           size_t length, ucs_log_level_t level)
+/* The mapping of @a addr: 0, or an errno (ENOENT: none covers it). */
+static int vqp_sw_maps_query(int fd, uintptr_t addr, vqp_sw_procmap_query_t *q)
+{
+    memset(q, 0, sizeof(*q));
+    q->size       = sizeof(*q);
+    q->query_addr = addr;
+    return (ioctl(fd, VQP_SW_PROCMAP_QUERY, q) == 0) ? 0 : errno;
+}
+
+/* /proc/self/maps where the kernel answers PROCMAP_QUERY, else -1: opened
+ * once per device (its owner's; a forked child gets -1: the descriptor
+ * would show its parent's mappings). */
+static int vqp_sw_maps_fd(vqp_sw_dev_t *dev)
+{
+    int fd       = __atomic_load_n(&dev->maps_fd, __ATOMIC_ACQUIRE);
+    int expected = VQP_SW_MAPS_UNKNOWN;
+    vqp_sw_procmap_query_t q;
+    int err;
+
+    if (dev->pid != vqp_sw_pid()) {
+        return -1;
+    }
+    if (fd != VQP_SW_MAPS_UNKNOWN) {
+        return fd;
+    }
+    fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ucs_debug("vqp_sw %s: cannot open /proc/self/maps (%m): memory "
+                  "rights are not checked at registration",
+                  dev->name);
+    } else if ((err = vqp_sw_maps_query(fd, (uintptr_t)dev, &q)) != 0) {
+        ucs_debug("vqp_sw %s: PROCMAP_QUERY failed (%s; Linux before 6.11?): "
+                  "memory rights are not checked at registration",
+                  dev->name, strerror(err));
+        close(fd);
+        fd = -1;
+    }
+    if (!__atomic_compare_exchange_n(&dev->maps_fd, &expected, fd, false,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (fd >= 0) {
+            close(fd); /* another thread was first */
+        }
+        fd = expected;
+    }
+    return fd;
+}
+
+/* Without PROCMAP_QUERY: mincore reports ENOMEM for an unmapped page,
+ * resident or not, one syscall per VQP_SW_MR_CHECK_PAGES; rights unknown. */
+static ucs_status_t vqp_sw_mr_check_mincore(vqp_sw_dev_t *dev, void *addr,
+                                            size_t length, uintptr_t start,
+                                            uintptr_t end,
+                                            ucs_log_level_t level)
 {
     unsigned char vec[VQP_SW_MR_CHECK_PAGES];
     size_t page = ucs_get_page_size();
-    uintptr_t start, end, chunk;
+    uintptr_t chunk;
 
-    start = ucs_align_down((uintptr_t)addr, page);
-    end   = ucs_align_up((uintptr_t)addr + length, page);
     for (; start < end; start += chunk) {
         chunk = ucs_min(end - start, (uintptr_t)VQP_SW_MR_CHECK_PAGES * page);
         if (mincore((void *)start, chunk, vec) == 0) {
@@ -50,6 +138,55 @@ static ucs_status_t vqp_sw_mr_check_mapped(vqp_sw_dev_t *dev, void *addr,
         ucs_error("vqp_sw %s: mincore(0x%lx, %lu) failed: %m", dev->name,
                   (unsigned long)start, (unsigned long)chunk);
         return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t vqp_sw_mr_check_pages(vqp_sw_dev_t *dev, void *addr,
+                                          size_t length, unsigned access,
+                                          ucs_log_level_t level)
+{
+    size_t page = ucs_get_page_size();
+    uintptr_t start, end;
+    vqp_sw_procmap_query_t q;
+    const char *what;
+    int fd, err;
+
+    start = ucs_align_down((uintptr_t)addr, page);
+    end   = ucs_align_up((uintptr_t)addr + length, page);
+    fd    = vqp_sw_maps_fd(dev);
+    if (fd < 0) {
+        return vqp_sw_mr_check_mincore(dev, addr, length, start, end, level);
+    }
+    /* One query per mapping the range crosses. */
+    for (; start < end; start = q.vma_end) {
+        err = vqp_sw_maps_query(fd, start, &q);
+        if (err == ENOENT) {
+            ucs_log(level,
+                    "vqp_sw %s: cannot register %p+%zu: memory at 0x%lx is "
+                    "not mapped",
+                    dev->name, addr, length, (unsigned long)start);
+            return UCS_ERR_INVALID_ADDR;
+        } else if (err != 0) {
+            ucs_error("vqp_sw %s: PROCMAP_QUERY(0x%lx) failed: %s", dev->name,
+                      (unsigned long)start, strerror(err));
+            return UCS_ERR_IO_ERROR;
+        }
+        if (!(q.vma_flags & VQP_SW_PROCMAP_READABLE)) {
+            what = "not readable";
+        } else if ((access & VQP_SW_ACCESS_WRITABLE) &&
+                   !(q.vma_flags & VQP_SW_PROCMAP_WRITABLE)) {
+            what = "read-only, and the access asks for writing";
+        } else {
+            continue;
+        }
+        ucs_log(level,
+                "vqp_sw %s: cannot register %p+%zu with access 0x%x: memory "
+                "at 0x%lx..0x%lx is %s (an HCA cannot pin it)",
+                dev->name, addr, length, access,
+                (unsigned long)ucs_max(start, (uintptr_t)q.vma_start),
+                (unsigned long)q.vma_end, what);
+        return UCS_ERR_INVALID_ADDR;
     }
     return UCS_OK;
 }
@@ -132,7 +269,7 @@ ucs_status_t vqp_sw_mr_reg_log(vqp_sw_dev_t *dev, void *addr, size_t length,
     /* Outside the device lock: the page tables are the kernel's. */
     if ((addr != NULL) && (length > 0) &&
         ((uintptr_t)addr + length > (uintptr_t)addr)) {
-        status = vqp_sw_mr_check_mapped(dev, addr, length, level);
+        status = vqp_sw_mr_check_pages(dev, addr, length, access, level);
         if (status != UCS_OK) {
             return status;
         }

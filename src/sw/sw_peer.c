@@ -98,6 +98,11 @@ static inline uint32_t vqp_sw_self_pid(void)
     return vqp_sw_pid_cache;
 }
 
+uint32_t vqp_sw_pid(void)
+{
+    return vqp_sw_self_pid();
+}
+
 int vqp_sw_xfer(uint32_t pid, bool to_remote, const struct iovec *local,
                 unsigned n_local, const struct iovec *remote, unsigned n_remote)
 {

@@ -15,9 +15,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -244,6 +247,96 @@ static void test_mr_unmapped(void **state)
         vqp_dev_mr_reg(dev, buf, page, ACCESS_ALL, &mr, &lkey, &rkey), UCS_OK);
     assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
     assert_int_equal(munmap(buf, page), 0);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+}
+
+/* Whether this kernel answers PROCMAP_QUERY (Linux 6.11), which the
+ * device needs to see a mapping's rights. */
+static int kernel_has_procmap_query(void)
+{
+    uint64_t q[13] = {sizeof(q), 0, (uintptr_t)&q};
+    int fd         = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int ok;
+
+    if (fd < 0) {
+        return 0;
+    }
+    ok = ioctl(fd, _IOWR('f', 17, uint64_t[13]), q) == 0;
+    close(fd);
+    return ok;
+}
+
+/* As ibv_reg_mr, which pins the pages (for writing when the access has
+ * LOCAL_WRITE, REMOTE_WRITE or REMOTE_ATOMIC): PROT_NONE memory is refused
+ * whatever the access, read-only memory with a write right; the check
+ * covers every mapping of the range. */
+static void test_mr_rights(void **state)
+{
+    vqp_dev_t *dev          = open_sw();
+    size_t page             = (size_t)sysconf(_SC_PAGESIZE);
+    const unsigned writes[] = {
+        IBV_ACCESS_LOCAL_WRITE,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC, ACCESS_ALL};
+    uint32_t lkey, rkey;
+    vqp_dev_mr_t *mr;
+    unsigned count, i;
+    char *buf, msg[160];
+
+    if (!kernel_has_procmap_query()) {
+        vqp_dev_close(dev);
+        skip(); /* the device cannot see rights there: mincore only */
+    }
+    buf = mmap(NULL, 3 * page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    for (i = 0; i < sizeof(writes) / sizeof(writes[0]); ++i) {
+        assert_int_equal(
+            vqp_dev_mr_reg(dev, buf + 8, 64, writes[i], &mr, &lkey, &rkey),
+            UCS_ERR_INVALID_ADDR);
+        expect_log("is read-only, and the access asks for writing");
+    }
+    /* What reading needs registers: a send's source, a remote READ's. */
+    assert_int_equal(vqp_dev_mr_reg(dev, buf, 3 * page, IBV_ACCESS_REMOTE_READ,
+                                    &mr, &lkey, &rkey),
+                     UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
+    assert_int_equal(vqp_dev_mr_reg(dev, buf, page, 0, &mr, &lkey, &rkey),
+                     UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
+
+    /* Three mappings (read-write, none, read-write): the last page's
+     * address is named, the hole in the middle refused even for reading. */
+    assert_int_equal(mprotect(buf, 3 * page, PROT_READ | PROT_WRITE), 0);
+    assert_int_equal(mprotect(buf + page, page, PROT_NONE), 0);
+    assert_int_equal(vqp_dev_mr_reg(dev, buf, 3 * page, 0, &mr, &lkey, &rkey),
+                     UCS_ERR_INVALID_ADDR);
+    snprintf(msg, sizeof(msg), "memory at %p..%p is not readable", buf + page,
+             buf + 2 * page);
+    expect_log(msg);
+    assert_int_equal(mprotect(buf + page, page, PROT_READ), 0);
+    assert_int_equal(
+        vqp_dev_mr_reg(dev, buf, 3 * page, ACCESS_ALL, &mr, &lkey, &rkey),
+        UCS_ERR_INVALID_ADDR);
+    snprintf(msg, sizeof(msg), "memory at %p..%p is read-only", buf + page,
+             buf + 2 * page);
+    expect_log(msg);
+    count = test_log_count;
+    assert_int_equal(vqp_dev_mr_reg(dev, buf + page - 1, 2,
+                                    ACCESS_ALL | VQP_DEV_MR_HIDE_ERRORS, &mr,
+                                    &lkey, &rkey),
+                     UCS_ERR_INVALID_ADDR);
+    assert_int_equal(test_log_count, count); /* nothing at error level */
+    assert_int_equal(vqp_dev_mr_reg(dev, buf, 3 * page, IBV_ACCESS_REMOTE_READ,
+                                    &mr, &lkey, &rkey),
+                     UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
+    /* Writable again: all three mappings pass with every right. */
+    assert_int_equal(mprotect(buf + page, page, PROT_READ | PROT_WRITE), 0);
+    assert_int_equal(
+        vqp_dev_mr_reg(dev, buf, 3 * page, ACCESS_ALL, &mr, &lkey, &rkey),
+        UCS_OK);
+    assert_int_equal(vqp_dev_mr_dereg(mr), UCS_OK);
+    assert_int_equal(munmap(buf, 3 * page), 0);
     assert_int_equal(vqp_dev_close(dev), UCS_OK);
 }
 
@@ -1307,6 +1400,7 @@ int main(void)
         cmocka_unit_test(test_mr),
         cmocka_unit_test(test_mr_errors),
         cmocka_unit_test(test_mr_unmapped),
+        cmocka_unit_test(test_mr_rights),
         cmocka_unit_test(test_cq),
         cmocka_unit_test(test_srq),
         cmocka_unit_test(test_qp),
