@@ -1028,9 +1028,9 @@ ucs_status_t uct_rc_vqp_cm_unpack_iface_address(const void *buf,
 /* The async responder's timer, on the worker's async context. A context in
  * poll mode dispatches timers only when its owner asks (ucs_async_poll),
  * which no interface user does between its progress calls: none then. Nor
- * on a device whose QPs may share a doorbell register: the MRA rings the UD
- * QP's from the async thread while the interface's thread may ring a data
- * QP's (vqp_dev_attr_t.qp_db_private). */
+ * on a device where QPs of different CQs may share a doorbell register: the
+ * MRA rings the UD QP's (on the CM's own CQ) from the async thread while the
+ * interface's thread may ring a data QP's (vqp_dev_attr_t.qp_db_private). */
 static ucs_status_t uct_rc_vqp_cm_async_start(uct_rc_vqp_iface_t *iface)
 {
     ucs_async_context_t *async = iface->super.worker->async;

@@ -115,8 +115,8 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      "intervals) before it fails with UCS_ERR_ENDPOINT_TIMEOUT. Time in which\n"
      "the interface is not progressed (longer gaps than a quarter of this, at\n"
      "most 1 s) does not count: no request is resent and no answer read then.\n"
-     "On the software device a peer whose interface is not progressed says\n"
-     "from its async thread that it is busy, which restarts this timeout.",
+     "A peer whose interface is not progressed says from its async thread\n"
+     "that it is busy (in UCX's thread async mode), which restarts this timeout.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, connect_timeout),
      UCS_CONFIG_TYPE_TIME},
 

@@ -29,9 +29,14 @@ typedef struct vqp_dev_hw_mr {
     struct ibv_mr *mr;
 } vqp_dev_hw_mr_t;
 
+/* A CQ is polled by one thread (a UCX worker's), and the QPs whose sends
+ * complete on it are posted by that thread: they share a thread domain, so
+ * rdma-core gives them a BlueFlame register no QP of another CQ uses. */
 typedef struct vqp_dev_hw_cq {
     vqp_dev_cq_t super;
     struct ibv_cq *cq;
+    struct ibv_td *td; /* NULL: none (QPs on the plain PD, 8-byte doorbells) */
+    struct ibv_pd *pd; /* the parent domain of the PD and td, or NULL */
 } vqp_dev_hw_cq_t;
 
 typedef struct vqp_dev_hw_srq {
@@ -504,9 +509,9 @@ ucs_status_t vqp_dev_hw_open(const char *name,
     hw->super.attr.comp_events =
         vqp_dev_hw_channel_create(hw->ctx, name, UCS_LOG_LEVEL_DIAG,
                                   &hw->channel) == UCS_OK;
-    /* QPs come from ibv_create_qp on a plain PD: their BlueFlame registers
-     * may be shared (no thread domain yet). */
-    hw->super.attr.qp_db_private = 0;
+    /* QPs of different CQs never copy into one BlueFlame register: each CQ
+     * has a thread domain, or its QPs ring 8-byte doorbells. */
+    hw->super.attr.qp_db_private = 1;
 
     ibv_free_device_list(devices);
     *dev_p = &hw->super;
@@ -588,6 +593,58 @@ static ucs_status_t vqp_dev_hw_mr_dereg(vqp_dev_mr_t *super)
     return UCS_OK;
 }
 
+/* The thread domain of @a cq's QPs. Without one (a provider or kernel that
+ * has none, or no dedicated register left) its QPs go on the plain PD, where
+ * rdma-core may share a register between QPs of several CQs: they ring with
+ * 8-byte doorbells then (vqp_dev_hw_qp_bf), single stores that cannot tear,
+ * instead of BlueFlame copies that could interleave with another thread's. */
+static void vqp_dev_hw_cq_domain(vqp_dev_hw_t *hw, vqp_dev_hw_cq_t *cq)
+{
+    struct ibv_td_init_attr td_attr            = {};
+    struct ibv_parent_domain_init_attr pd_attr = {};
+    const char *step;
+    int err;
+
+    cq->td = ibv_alloc_td(hw->ctx, &td_attr);
+    if (cq->td == NULL) {
+        err  = errno;
+        step = "ibv_alloc_td";
+        goto none;
+    }
+    pd_attr.pd = hw->pd;
+    pd_attr.td = cq->td;
+    cq->pd     = ibv_alloc_parent_domain(hw->ctx, &pd_attr);
+    if (cq->pd != NULL) {
+        return;
+    }
+    err  = errno;
+    step = "ibv_alloc_parent_domain";
+    ibv_dealloc_td(cq->td);
+    cq->td = NULL;
+none:
+    ucs_diag("%s: %s failed: %s; the QPs of CQ 0x%x ring 8-byte doorbells, "
+             "no BlueFlame",
+             hw->super.attr.name, step, strerror(err), cq->super.cqn);
+}
+
+/* The PD a QP whose sends complete on @a send_cq is created on. */
+static struct ibv_pd *vqp_dev_hw_qp_pd(vqp_dev_t *dev, vqp_dev_cq_t *send_cq)
+{
+    vqp_dev_hw_cq_t *cq = ucs_container_of(send_cq, vqp_dev_hw_cq_t, super);
+
+    return (cq->pd != NULL) ? cq->pd : vqp_dev_hw(dev)->pd;
+}
+
+/* A QP outside a thread domain may share its register with QPs that other
+ * threads post on: no BlueFlame buffer for the data path, which then rings
+ * with one 8-byte store. */
+static void vqp_dev_hw_qp_bf(vqp_dev_cq_t *send_cq, struct mlx5dv_qp *dv)
+{
+    if (ucs_container_of(send_cq, vqp_dev_hw_cq_t, super)->td == NULL) {
+        dv->bf.size = 0;
+    }
+}
+
 static ucs_status_t vqp_dev_hw_cq_create(vqp_dev_t *dev, uint32_t cqe,
                                          vqp_dev_cq_t **cq_p,
                                          struct mlx5dv_cq *dv)
@@ -630,6 +687,8 @@ static ucs_status_t vqp_dev_hw_cq_create(vqp_dev_t *dev, uint32_t cqe,
         free(cq);
         return vqp_dev_hw_errno_status(err);
     }
+    cq->super.cqn = dv->cqn;
+    vqp_dev_hw_cq_domain(vqp_dev_hw(dev), cq);
     *cq_p = &cq->super;
     return UCS_OK;
 }
@@ -644,6 +703,20 @@ static ucs_status_t vqp_dev_hw_cq_destroy(vqp_dev_cq_t *super)
         ucs_error("%s: ibv_destroy_cq(0x%x) failed: %s", super->dev->attr.name,
                   super->cqn, strerror(err));
         return vqp_dev_hw_errno_status(err);
+    }
+    /* Its QPs are gone (a CQ with QPs is not destroyed): so are the users
+     * of its domain. */
+    if (cq->pd != NULL) {
+        err = ibv_dealloc_pd(cq->pd);
+        if (err != 0) {
+            ucs_warn("%s: ibv_dealloc_pd(parent domain of CQ 0x%x) failed: %s",
+                     super->dev->attr.name, super->cqn, strerror(err));
+        }
+        err = ibv_dealloc_td(cq->td);
+        if (err != 0) {
+            ucs_warn("%s: ibv_dealloc_td(CQ 0x%x) failed: %s",
+                     super->dev->attr.name, super->cqn, strerror(err));
+        }
     }
     free(cq);
     return UCS_OK;
@@ -735,7 +808,7 @@ static ucs_status_t vqp_dev_hw_qp_create(vqp_dev_t *dev,
     qp_attr.cap.max_recv_sge    = init->max_recv_sge;
     qp_attr.cap.max_inline_data = init->max_inline;
 
-    qp->qp = ibv_create_qp(vqp_dev_hw(dev)->pd, &qp_attr);
+    qp->qp = ibv_create_qp(vqp_dev_hw_qp_pd(dev, init->send_cq), &qp_attr);
     if (qp->qp == NULL) {
         err = errno;
         ucs_error("%s: ibv_create_qp(RC, sq %u, rq %u, inline %u) failed: %s",
@@ -754,6 +827,7 @@ static ucs_status_t vqp_dev_hw_qp_create(vqp_dev_t *dev,
         free(qp);
         return vqp_dev_hw_errno_status(err);
     }
+    vqp_dev_hw_qp_bf(init->send_cq, dv);
     caps->qpn         = qp->qp->qp_num;
     caps->max_inline  = qp_attr.cap.max_inline_data;
     caps->max_send_wr = qp_attr.cap.max_send_wr;
@@ -932,7 +1006,7 @@ static ucs_status_t vqp_dev_hw_ud_qp_create(vqp_dev_t *dev,
     qp_attr.cap.max_recv_sge    = init->max_recv_sge;
     qp_attr.cap.max_inline_data = init->max_inline;
 
-    qp->qp = ibv_create_qp(hw->pd, &qp_attr);
+    qp->qp = ibv_create_qp(vqp_dev_hw_qp_pd(dev, init->send_cq), &qp_attr);
     if (qp->qp == NULL) {
         err = errno;
         ucs_error("%s: ibv_create_qp(UD, sq %u, rq %u, inline %u) failed: %s",
@@ -948,6 +1022,7 @@ static ucs_status_t vqp_dev_hw_ud_qp_create(vqp_dev_t *dev,
         step = "mlx5dv_init_obj(QP)";
         goto err_destroy;
     }
+    vqp_dev_hw_qp_bf(init->send_cq, dv);
 
     /* INIT (P_Key index 0, our port, the qkey), RTR, RTS (SQ PSN 0). */
     memset(&attr, 0, sizeof(attr));

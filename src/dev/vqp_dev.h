@@ -104,12 +104,14 @@ typedef struct vqp_dev_attr {
     int gid_index;       /* RoCE: the GID index in use, else -1 */
     uint32_t max_ud_msg; /* largest UD payload: the path MTU */
     int comp_events;     /* vqp_dev_event_* work (see "events" below) */
-    /* Every QP rings a doorbell (BlueFlame) register of its own, so QPs of
-     * one device may be posted from different threads at once. Not so on a
-     * ConnectX opened by ibv_create_qp: rdma-core shares the medium-latency
-     * BlueFlame registers between QPs, and a concurrent copy into a shared
-     * one corrupts both doorbells (rdma-core locks; a thread domain per
-     * thread would give each its own). */
+    /* QPs whose sends complete on different CQs may be posted from
+     * different threads at once: no two of them copy into one doorbell
+     * (BlueFlame) register. The software device gives every QP a buffer of
+     * its own. On a ConnectX, where rdma-core shares medium-latency
+     * registers between QPs and a concurrent copy into one corrupts both
+     * doorbells, the QPs of a CQ share a thread domain (a register of their
+     * own), or without one ring 8-byte doorbells, which cannot tear. QPs of
+     * one CQ are posted by one thread (as UCX's worker rule has it). */
     int qp_db_private;
 } vqp_dev_attr_t;
 

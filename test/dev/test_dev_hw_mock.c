@@ -72,8 +72,14 @@ static struct {
     enum ibv_qp_state fail_modify_to; /* 0: none (RESET is never failed) */
     int fail_modify_errno;
     int sport_ret;
+    /* thread domains: offered by the context (its verbs ops), failures */
+    int td_ops, fail_alloc_td, fail_parent_domain, fail_dealloc_td;
     /* what the code under test did */
-    unsigned open_ctx, pds, mrs, cqs, srqs, qps, ahs;
+    unsigned open_ctx, pds, mrs, cqs, srqs, qps, ahs, tds, parent_pds;
+    struct ibv_pd *last_pd;     /* of the last ibv_alloc_pd */
+    struct ibv_pd *last_parent; /* of the last parent domain */
+    struct ibv_td *last_td;     /* the last parent domain's */
+    struct ibv_pd *last_qp_pd;  /* of the last ibv_create_qp */
     enum ibv_qp_type last_qp_type;
     struct ibv_ah_attr ah_attr; /* of the last ibv_create_ah */
     int cqe_size_asked, srqn_asked;
@@ -338,6 +344,52 @@ static int fake_query_port(struct ibv_context *ctx, uint8_t port,
     return 0;
 }
 
+static struct ibv_td *fake_alloc_td(struct ibv_context *ctx,
+                                    struct ibv_td_init_attr *attr)
+{
+    struct ibv_td *td;
+
+    assert_int_equal(attr->comp_mask, 0);
+    if (world.fail_alloc_td) {
+        errno = world.fail_alloc_td;
+        return NULL;
+    }
+    td          = calloc(1, sizeof(*td));
+    td->context = ctx;
+    ++world.tds;
+    return td;
+}
+
+static int fake_dealloc_td(struct ibv_td *td)
+{
+    free(td);
+    --world.tds;
+    return world.fail_dealloc_td;
+}
+
+/* A parent domain is a PD to the rest of verbs (ibv_dealloc_pd frees it). */
+static struct ibv_pd *
+fake_alloc_parent_domain(struct ibv_context *ctx,
+                         struct ibv_parent_domain_init_attr *attr)
+{
+    struct ibv_pd *pd;
+
+    assert_ptr_equal(attr->pd, world.last_pd);
+    assert_non_null(attr->td);
+    assert_ptr_equal(attr->td->context, ctx);
+    if (world.fail_parent_domain) {
+        errno = world.fail_parent_domain;
+        return NULL;
+    }
+    pd          = calloc(1, sizeof(*pd));
+    pd->context = ctx;
+    ++world.pds;
+    ++world.parent_pds;
+    world.last_parent = pd;
+    world.last_td     = attr->td;
+    return pd;
+}
+
 struct ibv_context *__wrap_ibv_open_device(struct ibv_device *device)
 {
     fake_dev_t *dev = find_dev(device);
@@ -347,10 +399,15 @@ struct ibv_context *__wrap_ibv_open_device(struct ibv_device *device)
         errno = EACCES;
         return NULL;
     }
-    ctx                          = calloc(1, sizeof(*ctx));
-    ctx->dev                     = dev;
-    ctx->vctx.sz                 = sizeof(ctx->vctx);
-    ctx->vctx.query_port         = fake_query_port;
+    ctx                  = calloc(1, sizeof(*ctx));
+    ctx->dev             = dev;
+    ctx->vctx.sz         = sizeof(ctx->vctx);
+    ctx->vctx.query_port = fake_query_port;
+    if (world.td_ops) {
+        ctx->vctx.alloc_td            = fake_alloc_td;
+        ctx->vctx.dealloc_td          = fake_dealloc_td;
+        ctx->vctx.alloc_parent_domain = fake_alloc_parent_domain;
+    }
     ctx->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
     ctx->vctx.context.device     = device;
     ++world.open_ctx;
@@ -486,14 +543,16 @@ struct ibv_pd *__wrap_ibv_alloc_pd(struct ibv_context *ctx)
         errno = ENOMEM;
         return NULL;
     }
-    pd          = calloc(1, sizeof(*pd));
-    pd->context = ctx;
+    pd            = calloc(1, sizeof(*pd));
+    pd->context   = ctx;
+    world.last_pd = pd;
     ++world.pds;
     return pd;
 }
 
 int __wrap_ibv_dealloc_pd(struct ibv_pd *pd)
 {
+    world.parent_pds -= (pd == world.last_parent);
     free(pd);
     --world.pds;
     if (world.fail_dealloc_pd) {
@@ -594,6 +653,7 @@ int __wrap_mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
 {
     static uint64_t ring[64];
     static __be32 dbrec[2];
+    static uint64_t bf[64]; /* a BlueFlame register: two 256-byte halves */
 
     if (world.fail_init_obj) {
         return world.fail_init_obj;
@@ -613,6 +673,8 @@ int __wrap_mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t type)
         obj->srq.out->srqn   = world.next_num++;
     } else if (type == MLX5DV_OBJ_QP) {
         memset(obj->qp.out, 0, sizeof(*obj->qp.out));
+        obj->qp.out->bf.reg     = bf;
+        obj->qp.out->bf.size    = 256;
         obj->qp.out->sq.buf     = ring;
         obj->qp.out->sq.wqe_cnt = 8;
         obj->qp.out->sq.stride  = 64;
@@ -667,9 +729,10 @@ struct ibv_qp *__wrap_ibv_create_qp(struct ibv_pd *pd,
     world.last_qp_type = attr->qp_type;
     /* Devices round up: grant a power of two and room for 2 more WRs. */
     attr->cap.max_send_wr += 2;
-    qp         = calloc(1, sizeof(*qp));
-    qp->qp_num = world.next_num++;
-    qp->pd     = pd;
+    world.last_qp_pd = pd;
+    qp               = calloc(1, sizeof(*qp));
+    qp->qp_num       = world.next_num++;
+    qp->pd           = pd;
     ++world.qps;
     return qp;
 }
@@ -1328,6 +1391,92 @@ static void ud_qp_open(vqp_dev_t *dev, vqp_dev_cq_t **cq, vqp_dev_qp_t **qp,
     }
 }
 
+/* Each CQ gets a thread domain, and the QPs whose sends complete on it are
+ * created on its parent domain, so that they ring a BlueFlame register no
+ * QP of another CQ (another thread) copies into. Without one they go on the
+ * plain PD with no BlueFlame size: 8-byte doorbells, which cannot tear. */
+static void test_thread_domains(void **state)
+{
+    vqp_dev_qp_init_t init = {};
+    vqp_dev_cq_t *cq[2] = {NULL, NULL}, *plain = NULL;
+    struct ibv_pd *parent, *pd;
+    struct mlx5dv_cq dv_cq;
+    struct mlx5dv_qp dv;
+    vqp_dev_qp_caps_t caps;
+    vqp_dev_qp_t *qp[2];
+    vqp_dev_attr_t attr;
+    vqp_dev_t *dev;
+
+    world.td_ops = 1;
+    assert_int_equal(vqp_dev_open("mlx5_0:1", NULL, &dev), UCS_OK);
+    pd = world.last_pd;
+    vqp_dev_query(dev, &attr);
+    assert_true(attr.qp_db_private); /* QPs of different CQs */
+    assert_int_equal(vqp_dev_cq_create(dev, 64, &cq[0], &dv_cq), UCS_OK);
+    assert_int_equal(world.tds, 1);
+    assert_int_equal(world.parent_pds, 1);
+    assert_int_equal(world.pds, 2);
+    parent = world.last_parent;
+
+    init.send_cq      = cq[0];
+    init.recv_cq      = cq[0];
+    init.max_send_wr  = 16;
+    init.max_send_sge = 1;
+    init.max_inline   = 64;
+    assert_int_equal(vqp_dev_qp_create(dev, &init, &qp[0], &dv, &caps), UCS_OK);
+    assert_ptr_equal(world.last_qp_pd, parent);
+    assert_int_equal(dv.bf.size, 256); /* BlueFlame: its own register */
+    /* A UD QP (the connection manager's) on a CQ of its own: another
+     * domain. */
+    world.num_modify = 0;
+    ud_qp_open(dev, &cq[1], &qp[1], UCS_OK);
+    assert_int_equal(world.tds, 2);
+    assert_ptr_equal(world.last_qp_pd, world.last_parent);
+    assert_ptr_not_equal(world.last_parent, parent);
+    assert_int_equal(vqp_dev_qp_destroy(qp[1]), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(cq[1]), UCS_OK);
+    assert_int_equal(world.tds, 1);
+
+    /* No thread domain left: the CQ works, its QPs ring 8-byte doorbells
+     * on the plain PD. */
+    world.fail_alloc_td = ENOMEM;
+    assert_int_equal(vqp_dev_cq_create(dev, 64, &plain, &dv_cq), UCS_OK);
+    assert_int_equal(world.tds, 1);
+    init.send_cq = plain;
+    init.recv_cq = plain;
+    assert_int_equal(vqp_dev_qp_create(dev, &init, &qp[1], &dv, &caps), UCS_OK);
+    assert_ptr_equal(world.last_qp_pd, pd);
+    assert_non_null(dv.bf.reg);
+    assert_int_equal(dv.bf.size, 0);
+    assert_int_equal(vqp_dev_qp_destroy(qp[1]), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(plain), UCS_OK);
+    world.fail_alloc_td = 0;
+
+    /* A parent domain refused: its thread domain goes back, as above. */
+    world.fail_parent_domain = ENOMEM;
+    plain                    = NULL;
+    world.num_modify         = 0;
+    ud_qp_open(dev, &plain, &qp[1], UCS_OK);
+    assert_int_equal(world.tds, 1);
+    assert_int_equal(world.parent_pds, 1);
+    assert_ptr_equal(world.last_qp_pd, pd);
+    assert_int_equal(vqp_dev_qp_destroy(qp[1]), UCS_OK);
+    assert_int_equal(vqp_dev_cq_destroy(plain), UCS_OK);
+    world.fail_parent_domain = 0;
+
+    /* A domain that cannot be freed is reported; the CQ is gone. */
+    assert_int_equal(vqp_dev_qp_destroy(qp[0]), UCS_OK);
+    world.fail_dealloc_td = EBUSY;
+    assert_int_equal(vqp_dev_cq_destroy(cq[0]), UCS_OK);
+    expect_log("ibv_dealloc_td");
+    world.fail_dealloc_td = 0;
+    assert_int_equal(world.tds, 0);
+    assert_int_equal(world.pds, 1);
+    assert_int_equal(world.cqs, 0);
+    assert_int_equal(vqp_dev_close(dev), UCS_OK);
+    assert_int_equal(world.pds, 0);
+}
+
 static void test_ud_ib(void **state)
 {
     vqp_dev_cq_t *cq = NULL;
@@ -1659,6 +1808,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_connect_ib, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_connect_roce, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_thread_domains, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_ud_ib, world_setup,
                                         world_teardown),
