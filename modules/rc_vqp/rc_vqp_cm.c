@@ -1150,8 +1150,8 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
         goto err_cq;
     }
     cm->qpn = caps.qpn;
-    status =
-        vqp_mlx5_txwq_init(&cm->tx, &dv_qp, caps.qpn, 0, 1, VQP_MLX5_DB_BF);
+    status = vqp_mlx5_txwq_init(&cm->tx, &dv_qp, caps.qpn, 0, 1, VQP_MLX5_DB_BF,
+                                &cm->bf_toggle);
     if (status != UCS_OK) {
         goto err_qp;
     }

@@ -95,6 +95,7 @@ typedef struct uct_rc_vqp_cm {
     vqp_dev_mr_t *mr;
     vqp_mlx5_cq_t cq;
     vqp_mlx5_txwq_t tx;
+    uint32_t bf_toggle; /* its register's next half (its own CQ's domain) */
     vqp_mlx5_rxwq_t rx;
     char *buf; /* rx slots, then tx slots */
     uint32_t lkey;

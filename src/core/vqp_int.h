@@ -345,6 +345,9 @@ typedef struct vqp_cq_dev {
     int32_t credits;
     uint32_t cqe_reserved;
     uint32_t cover_reserve;
+    /* The next doorbell's half of the BlueFlame register its QPs ring (on
+     * a ConnectX, the QPs of a CQ share its thread domain's register). */
+    uint32_t bf_toggle;
 } vqp_cq_dev_t;
 
 struct vqp_cq {

@@ -243,7 +243,7 @@ static ucs_status_t vqp_pqp_create(vqp_t *vqp, const vqp_params_t *params,
     status = vqp_mlx5_txwq_init(
         &pqp->tx, &dv, caps.qpn,
         ucs_min(caps.max_inline, (uint32_t)VQP_MLX5_MAX_INLINE),
-        ucs_max((pqp->frag_mask + 1) / 2, 1u), VQP_MLX5_DB_BF);
+        ucs_max((pqp->frag_mask + 1) / 2, 1u), VQP_MLX5_DB_BF, &cd->bf_toggle);
     if (status != UCS_OK) {
         return status;
     }

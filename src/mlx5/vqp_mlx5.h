@@ -95,26 +95,32 @@ typedef struct vqp_mlx5_sge {
 
 /* Send queue state: one cache line, all of it touched by each post. */
 typedef struct vqp_mlx5_txwq {
-    void *qstart;           /* first basic block (BB) of the ring */
-    void *qend;             /* one past the last BB */
-    uint16_t pi;            /* producer index in BBs, wraps at 2^16 */
-    uint16_t ci;            /* oldest BB not yet known complete */
-    uint16_t mask;          /* BBs in the ring - 1 */
-    uint16_t sig_left;      /* posts until one is signaled anyway */
-    uint16_t sig_every;     /* signal at least every N posts */
-    uint16_t db_pi;         /* pi at the last doorbell */
-    uint16_t last_pi;       /* index of the newest WQE */
-    uint16_t max_inline;    /* largest inline payload, bytes */
-    uint32_t qpn_ds;        /* qpn << 8, ds is or'ed in per WQE */
-    uint32_t bf_size;       /* bytes per BlueFlame half */
-    uint32_t bf_offset;     /* 0 or bf_size, toggles every doorbell */
-    uint32_t db_mode;       /* vqp_mlx5_db_mode_t */
+    void *qstart;        /* first basic block (BB) of the ring */
+    void *qend;          /* one past the last BB */
+    uint16_t pi;         /* producer index in BBs, wraps at 2^16 */
+    uint16_t ci;         /* oldest BB not yet known complete */
+    uint16_t mask;       /* BBs in the ring - 1 */
+    uint16_t sig_left;   /* posts until one is signaled anyway */
+    uint16_t sig_every;  /* signal at least every N posts */
+    uint16_t db_pi;      /* pi at the last doorbell */
+    uint16_t last_pi;    /* index of the newest WQE */
+    uint16_t max_inline; /* largest inline payload, bytes */
+    uint32_t qpn_ds;     /* qpn << 8, ds is or'ed in per WQE */
+    uint16_t bf_size;    /* bytes per BlueFlame half */
+    uint8_t db_mode;     /* vqp_mlx5_db_mode_t */
+    uint8_t reserved;
+    /* The register's half for the next doorbell: 0 or bf_size, toggled by
+     * each. Shared by the QPs that ring one register (vqp_mlx5_txwq_init),
+     * so that its halves alternate whichever QP rings. */
+    uint32_t *bf_toggle;
     volatile __be32 *dbrec; /* send doorbell record */
     union {
         char *bf_reg;                      /* BlueFlame register; NULL: none */
         const vqp_mlx5_db_hook_t *db_hook; /* VQP_MLX5_DB_HOOK */
     };
 } vqp_mlx5_txwq_t;
+
+_Static_assert(sizeof(vqp_mlx5_txwq_t) == 64, "vqp_mlx5_txwq_t: one line");
 
 /* Receive queue of a QP without SRQ: a ring of scatter lists. */
 typedef struct vqp_mlx5_rxwq {

@@ -5,12 +5,16 @@
  */
 
 /* Set up @a wq over an SQ described by @a dv. @a sig_every: a CQE is asked
- * for at least every that many posts (1 = every post). */
-static inline ucs_status_t vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq,
-                                              const struct mlx5dv_qp *dv,
-                                              uint32_t qpn, unsigned max_inline,
-                                              unsigned sig_every,
-                                              vqp_mlx5_db_mode_t db_mode)
+ * for at least every that many posts (1 = every post). @a bf_toggle: the
+ * caller's word for the half of the doorbell register the next doorbell
+ * writes (0 at first): QPs that ring one register must share it, as the
+ * device wants consecutive BlueFlame writes to a register in alternate
+ * halves (on a ConnectX the QPs of one thread domain ring one register);
+ * NULL only where the QP has no register (dv without bf.reg, or a hook). */
+static inline ucs_status_t
+vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq, const struct mlx5dv_qp *dv,
+                   uint32_t qpn, unsigned max_inline, unsigned sig_every,
+                   vqp_mlx5_db_mode_t db_mode, uint32_t *bf_toggle)
 {
     uint32_t cnt = dv->sq.wqe_cnt;
 
@@ -67,6 +71,20 @@ static inline ucs_status_t vqp_mlx5_txwq_init(vqp_mlx5_txwq_t *wq,
         db_mode = VQP_MLX5_DB_MMIO;
     }
     wq->db_mode = db_mode;
+    if (db_mode >= VQP_MLX5_DB_RECORD) {
+        return UCS_OK;
+    }
+    /* A register: the shared half, which must be one of this QP's. */
+    if ((dv->bf.size > UINT16_MAX) || (bf_toggle == NULL) ||
+        ((*bf_toggle != 0) && (*bf_toggle != wq->bf_size))) {
+        ucs_error("mlx5 sq: qpn 0x%x: BlueFlame size %u, register half %p "
+                  "(%d): need a size below 64 KiB and a half of 0 or that "
+                  "size",
+                  qpn, dv->bf.size, bf_toggle,
+                  (bf_toggle != NULL) ? (int)*bf_toggle : -1);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    wq->bf_toggle = bf_toggle;
     return UCS_OK;
 }
 
@@ -210,9 +228,9 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
                                                        unsigned num_bb)
 {
     const char *src = vqp_mlx5_txwq_bb(wq, wq->last_pi);
-    char *dst       = wq->bf_reg + wq->bf_offset;
     uint64_t db;
     unsigned i;
+    char *dst;
 
     /* The WQE stores must be visible in memory before the record says they
      * are valid: the device may fetch them as soon as it sees the record. */
@@ -231,6 +249,7 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
     /* The record must reach memory before the doorbell MMIO: the device
      * reads the record when the doorbell tells it to. */
     ucs_memory_bus_store_fence();
+    dst = wq->bf_reg + *wq->bf_toggle;
     if ((wq->db_mode == VQP_MLX5_DB_BF) && (num_bb != 0) &&
         (num_bb * MLX5_SEND_WQE_BB <= wq->bf_size)) {
         for (i = 0; i < num_bb; ++i) {
@@ -249,7 +268,7 @@ static UCS_F_ALWAYS_INLINE void vqp_mlx5_txwq_doorbell(vqp_mlx5_txwq_t *wq,
     /* Flush the write-combining buffer now, so the next doorbell (to the
      * other half of the register) cannot overtake this one. */
     ucs_memory_bus_store_fence();
-    wq->bf_offset ^= wq->bf_size;
+    *wq->bf_toggle ^= wq->bf_size;
 }
 
 /* Ring for WQEs posted with VQP_MLX5_MORE. */

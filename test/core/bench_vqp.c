@@ -608,6 +608,8 @@ typedef struct bare_qp {
 
 typedef struct bare {
     vqp_dev_cq_t *dev_cq[2];
+    /* The register half of the QPs of each CQ, shared as the core's. */
+    uint32_t bf_toggle[2];
     vqp_mlx5_cq_t cq; /* sender's */
     bare_qp_t *qps[2];
     bare_qp_t *by_qpn[QP_TABLE];
@@ -661,7 +663,7 @@ static void bare_create(bare_t *bare, side_t *s[2], unsigned num_qps)
                     &q->tx, &dv, caps.qpn,
                     ucs_min(caps.max_inline, (uint32_t)VQP_MLX5_MAX_INLINE),
                     ucs_max(((i == 0) ? RING_MAX : cap) / 2, 1u),
-                    VQP_MLX5_DB_BF) != UCS_OK) {
+                    VQP_MLX5_DB_BF, &bare->bf_toggle[j]) != UCS_OK) {
                 die("bare SQ init");
             }
             if (j == 0) {

@@ -722,6 +722,7 @@ static void test_doorbell_exec(void **state)
     vqp_mlx5_txwq_t wq;
     vqp_mlx5_cq_t cq;
     vqp_mlx5_sge_t sge;
+    uint32_t toggle = 0;
     endpoint_t a, b;
     unsigned m, i;
     int hook;
@@ -750,9 +751,9 @@ static void test_doorbell_exec(void **state)
         assert_int_equal(vqp_dev_qp_connect(b.qp, &addr_a, NULL), UCS_OK);
         assert_int_equal(!!(a.dv_qp.comp_mask & VQP_MLX5_DV_QP_MASK_DB_HOOK),
                          hook);
-        assert_int_equal(
-            vqp_mlx5_txwq_init(&wq, &a.dv_qp, a.caps.qpn, 0, 1, VQP_MLX5_DB_BF),
-            UCS_OK);
+        assert_int_equal(vqp_mlx5_txwq_init(&wq, &a.dv_qp, a.caps.qpn, 0, 1,
+                                            VQP_MLX5_DB_BF, &toggle),
+                         UCS_OK);
         assert_int_equal(wq.db_mode, hook ? VQP_MLX5_DB_HOOK : VQP_MLX5_DB_BF);
         assert_int_equal(vqp_mlx5_cq_init(&cq, &a.dv_cq), UCS_OK);
 

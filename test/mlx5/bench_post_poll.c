@@ -165,6 +165,7 @@ static void bench_post(vqp_mlx5_db_mode_t mode, const char *mode_name)
     uint8_t *buf = aligned_alloc(64, 4096);
     char name[64];
     vqp_mlx5_txwq_t wq = {0};
+    uint32_t bf_toggle = 0;
     sample_t best;
     unsigned op, r;
 
@@ -178,8 +179,8 @@ static void bench_post(vqp_mlx5_db_mode_t mode, const char *mode_name)
     memset(dv.sq.buf, 0, SQ_BBS * MLX5_SEND_WQE_BB);
 
     for (op = 0; op <= OP_NOP; ++op) {
-        if (vqp_mlx5_txwq_init(&wq, &dv, 0x100, 64, SIG_EVERY, mode) !=
-            UCS_OK) {
+        if (vqp_mlx5_txwq_init(&wq, &dv, 0x100, 64, SIG_EVERY, mode,
+                               &bf_toggle) != UCS_OK) {
             exit(1);
         }
         run_post(&wq, op, buf); /* warm-up */

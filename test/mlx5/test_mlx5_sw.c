@@ -44,6 +44,7 @@ typedef struct ep {
     uint32_t qpn, lkey, rkey;
     uint8_t *buf;
     vqp_mlx5_txwq_t sq;
+    uint32_t bf_toggle;
     vqp_mlx5_rxwq_t rq;
     vqp_mlx5_srq_t srq;
     vqp_mlx5_cq_t scq, rcq;
@@ -104,7 +105,7 @@ static ucs_status_t ep_open(ep_t *ep, int use_srq)
         return status;
     }
     status = vqp_mlx5_txwq_init(&ep->sq, &dqp, ep->qpn, EP_INLINE, EP_SIG,
-                                VQP_MLX5_DB_BF);
+                                VQP_MLX5_DB_BF, &ep->bf_toggle);
     if ((status == UCS_OK) && !use_srq) {
         status = vqp_mlx5_rxwq_init(&ep->rq, &dqp);
     }

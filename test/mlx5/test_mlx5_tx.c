@@ -16,6 +16,7 @@
 typedef struct {
     fake_qp_t *qp;
     vqp_mlx5_txwq_t wq;
+    uint32_t bf_toggle; /* its register's next half */
 } tx_fixture_t;
 
 static uint8_t payload[1024];
@@ -31,9 +32,9 @@ static int tx_setup_n(void **state, uint32_t bbs, unsigned sig_every,
     }
     fake_log_start();
     f->qp = fake_qp_new(bbs, 0, 0);
-    assert_int_equal(
-        vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, sig_every, mode),
-        UCS_OK);
+    assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256,
+                                        sig_every, mode, &f->bf_toggle),
+                     UCS_OK);
     *state = f;
     return 0;
 }
@@ -102,50 +103,54 @@ static void test_init_rejects(void **state)
 {
     fake_qp_t *qp      = fake_qp_new(64, 0, 0);
     vqp_mlx5_txwq_t wq = {0};
+    uint32_t toggle    = 0;
 
     fake_log_start();
 
     qp->dv.sq.stride = 128;
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0, &toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "need a ring of 64-byte BBs");
     qp->dv.sq.stride  = 64;
     qp->dv.sq.wqe_cnt = 48; /* not a power of two */
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0, &toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "48 BBs");
     qp->dv.sq.wqe_cnt = 16; /* cannot hold two of the largest WQEs */
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0, &toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "16 BBs");
     qp->dv.sq.wqe_cnt = 64;
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 0x1000000, 0, 1, 0),
-                     UCS_ERR_INVALID_PARAM);
-    expect_log(UCS_LOG_LEVEL_ERROR, "qpn 0x1000000");
     assert_int_equal(
-        vqp_mlx5_txwq_init(&wq, &qp->dv, 1, VQP_MLX5_MAX_INLINE + 1, 1, 0),
+        vqp_mlx5_txwq_init(&wq, &qp->dv, 0x1000000, 0, 1, 0, &toggle),
         UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "qpn 0x1000000");
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1,
+                                        VQP_MLX5_MAX_INLINE + 1, 1, 0, &toggle),
+                     UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "max_inline 973");
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 0, 0),
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 0, 0, &toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "sig_every 0");
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 65, 0),
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 65, 0, &toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "sig_every 65");
     qp->dv.dbrec = NULL;
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0),
+    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 1, 0, &toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "dbrec (nil)");
     qp->dv.dbrec = qp->dbrec;
 
     /* Missing BlueFlame buffer or register: fall back, never write past. */
     qp->dv.bf.size = 0;
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 4, VQP_MLX5_DB_BF),
-                     UCS_OK);
+    assert_int_equal(
+        vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 4, VQP_MLX5_DB_BF, &toggle),
+        UCS_OK);
     assert_int_equal(wq.db_mode, VQP_MLX5_DB_MMIO);
     qp->dv.bf.reg = NULL;
-    assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 4, VQP_MLX5_DB_BF),
-                     UCS_OK);
+    assert_int_equal(
+        vqp_mlx5_txwq_init(&wq, &qp->dv, 1, 0, 4, VQP_MLX5_DB_BF, &toggle),
+        UCS_OK);
     assert_int_equal(wq.db_mode, VQP_MLX5_DB_RECORD);
     assert_int_equal(vqp_mlx5_txwq_avail(&wq), 64);
     expect_no_log();
@@ -182,7 +187,7 @@ static void test_write_pointer(void **state)
     assert_int_equal(idx, 1);
     assert_memory_equal((char *)f->qp->bf + FAKE_BF_SIZE, ctrl_at(f, 1), 64);
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 2);
-    assert_int_equal(f->wq.bf_offset, 0);
+    assert_int_equal(f->bf_toggle, 0);
 }
 
 /* VQP_MLX5_HAS_ROOM (the caller checked room) builds the same WQE as a
@@ -765,7 +770,7 @@ static void test_wrap(void **state)
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 65);
     memcpy(expect, last_bb, 64);
     memcpy(expect + 64, start, 64);
-    assert_memory_equal((char *)f->qp->bf + f->wq.bf_size - f->wq.bf_offset,
+    assert_memory_equal((char *)f->qp->bf + f->wq.bf_size - f->bf_toggle,
                         expect, 128);
     vqp_mlx5_txwq_complete(&f->wq, (uint16_t)idx);
 
@@ -888,13 +893,13 @@ static void test_db_batch(void **state)
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 3);
     assert_memory_equal(&bf[0], ctrl_at(f, idx), 8);
     assert_int_equal(bf[1], 0);
-    assert_int_equal(f->wq.bf_offset, FAKE_BF_SIZE);
+    assert_int_equal(f->bf_toggle, FAKE_BF_SIZE);
 
     /* Nothing new: flushing again writes nothing. */
     f->qp->dbrec[MLX5_SND_DBR] = 0;
     vqp_mlx5_txwq_flush(&f->wq);
     assert_int_equal(f->qp->dbrec[MLX5_SND_DBR], 0);
-    assert_int_equal(f->wq.bf_offset, FAKE_BF_SIZE);
+    assert_int_equal(f->bf_toggle, FAKE_BF_SIZE);
 
     /* A lone WQE after a batch goes by BlueFlame again. */
     idx = vqp_mlx5_post_send(&f->wq, &sge, 1, 0);
@@ -913,6 +918,59 @@ static void test_db_batch(void **state)
 /* ring_last: a WQE posted with MORE and rung after the caller's own
  * bookkeeping goes as its post would have: BlueFlame when it alone is new,
  * the 8-byte doorbell naming it when batched WQEs precede it. */
+/* QPs that ring one register (a ConnectX thread domain's) share its half:
+ * consecutive BlueFlame copies alternate halves whichever QP posts; a QP
+ * with a register needs the shared word, which must hold one of its halves. */
+static void test_db_shared_register(void **state)
+{
+    fake_qp_t *qp[2]   = {fake_qp_new(64, 0, 0), fake_qp_new(64, 0, 0)};
+    vqp_mlx5_sge_t sge = {0x1000, 8, 1};
+    uint64_t *bf       = qp[0]->bf;
+    vqp_mlx5_txwq_t wq[2];
+    uint32_t toggle = 0, bad = 8;
+    int idx, i;
+
+    fake_log_start();
+    qp[1]->dv.bf.reg = qp[0]->dv.bf.reg;
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(vqp_mlx5_txwq_init(&wq[i], &qp[i]->dv, FAKE_QPN + i,
+                                            64, 1, VQP_MLX5_DB_BF, &toggle),
+                         UCS_OK);
+    }
+    for (i = 0; i < 4; ++i) {
+        idx = vqp_mlx5_post_write(&wq[i & 1], &sge, 1, 0x2000, 2, 0);
+        assert_memory_equal((char *)bf + (i & 1) * FAKE_BF_SIZE,
+                            vqp_mlx5_txwq_bb(&wq[i & 1], idx), 64);
+        assert_int_equal(toggle, ((i + 1) & 1) * FAKE_BF_SIZE);
+    }
+    /* An 8-byte doorbell takes its turn too. */
+    vqp_mlx5_post_write(&wq[0], &sge, 1, 0x2000, 2, VQP_MLX5_MORE);
+    idx = vqp_mlx5_post_write(&wq[0], &sge, 1, 0x2000, 2, 0);
+    assert_memory_equal(bf, vqp_mlx5_txwq_bb(&wq[0], idx), 8);
+    idx = vqp_mlx5_post_write(&wq[1], &sge, 1, 0x2000, 2, 0);
+    assert_memory_equal((char *)bf + FAKE_BF_SIZE,
+                        vqp_mlx5_txwq_bb(&wq[1], idx), 64);
+    assert_int_equal(toggle, 0);
+
+    assert_int_equal(vqp_mlx5_txwq_init(&wq[0], &qp[0]->dv, FAKE_QPN, 64, 1,
+                                        VQP_MLX5_DB_BF, NULL),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "register half (nil)");
+    assert_int_equal(vqp_mlx5_txwq_init(&wq[0], &qp[0]->dv, FAKE_QPN, 64, 1,
+                                        VQP_MLX5_DB_MMIO, &bad),
+                     UCS_ERR_INVALID_PARAM);
+    expect_log(UCS_LOG_LEVEL_ERROR, "(8): need");
+    /* No register: no half to keep. */
+    qp[0]->dv.bf.reg = NULL;
+    assert_int_equal(vqp_mlx5_txwq_init(&wq[0], &qp[0]->dv, FAKE_QPN, 64, 1,
+                                        VQP_MLX5_DB_BF, NULL),
+                     UCS_OK);
+    expect_no_log();
+    fake_log_stop();
+    fake_qp_free(qp[0]);
+    fake_qp_free(qp[1]);
+}
+
 static void test_db_ring_last(void **state)
 {
     tx_fixture_t *f    = *state;
@@ -926,7 +984,7 @@ static void test_db_ring_last(void **state)
     vqp_mlx5_txwq_ring_last(&f->wq);
     assert_int_equal(be32toh(f->qp->dbrec[MLX5_SND_DBR]), 1);
     assert_memory_equal(&bf[0], ctrl_at(f, idx), 64);
-    assert_int_equal(f->wq.bf_offset, FAKE_BF_SIZE);
+    assert_int_equal(f->bf_toggle, FAKE_BF_SIZE);
 
     vqp_mlx5_post_write(&f->wq, &sge, 1, 0, 0, VQP_MLX5_MORE);
     idx = vqp_mlx5_post_send(&f->wq, &sge, 1, VQP_MLX5_MORE);
@@ -960,7 +1018,7 @@ static void test_db_hook(void **state)
     f->qp->dv.comp_mask |= VQP_MLX5_DV_QP_MASK_DB_HOOK;
     f->qp->dv.tir_icm_addr = (uintptr_t)&hook;
     assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
-                                        VQP_MLX5_DB_BF),
+                                        VQP_MLX5_DB_BF, &f->bf_toggle),
                      UCS_OK);
     assert_int_equal(f->wq.db_mode, VQP_MLX5_DB_HOOK);
     hook_calls = 0;
@@ -984,12 +1042,12 @@ static void test_db_hook(void **state)
     /* A hook without a function, or the mode asked for without a hook. */
     hook.ring = NULL;
     assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
-                                        VQP_MLX5_DB_BF),
+                                        VQP_MLX5_DB_BF, &f->bf_toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "doorbell hook without a function");
     f->qp->dv.comp_mask = 0;
     assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
-                                        VQP_MLX5_DB_HOOK),
+                                        VQP_MLX5_DB_HOOK, &f->bf_toggle),
                      UCS_ERR_INVALID_PARAM);
     expect_log(UCS_LOG_LEVEL_ERROR, "a register mode");
     expect_no_log();
@@ -999,6 +1057,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_rejects),
+        cmocka_unit_test(test_db_shared_register),
         cmocka_unit_test(test_state_size),
         cmocka_unit_test_setup_teardown(test_write_pointer, tx_setup,
                                         tx_teardown),

@@ -24,6 +24,7 @@
 typedef struct {
     fake_qp_t *qp;
     vqp_mlx5_txwq_t wq;
+    uint32_t bf_toggle;
     struct mlx5_wqe_av av;
 } ud_fixture_t;
 
@@ -40,7 +41,7 @@ static int ud_setup(void **state)
     fake_log_start();
     f->qp = fake_qp_new(64, 0, 0);
     assert_int_equal(vqp_mlx5_txwq_init(&f->wq, &f->qp->dv, FAKE_QPN, 256, 1,
-                                        VQP_MLX5_DB_BF),
+                                        VQP_MLX5_DB_BF, &f->bf_toggle),
                      UCS_OK);
     /* An AV as an AH hands it out: the QPN/qkey words left 0, the rest
      * filled with a pattern the WQE must carry unchanged. */
@@ -195,7 +196,7 @@ static void test_inline_limit(void **state)
 
     assert_int_equal(vqp_mlx5_txwq_init(&wq, &qp->dv, FAKE_QPN,
                                         VQP_MLX5_MAX_INLINE, 1,
-                                        VQP_MLX5_DB_RECORD),
+                                        VQP_MLX5_DB_RECORD, NULL),
                      UCS_OK);
     idx = vqp_mlx5_post_ud_send(&wq, &f->av, DQPN, QKEY, &sge, 1,
                                 VQP_MLX5_INLINE);
@@ -343,6 +344,7 @@ typedef struct ud_ep {
     uint32_t qpn, lkey, rkey;
     uint8_t *buf;
     vqp_mlx5_txwq_t sq;
+    uint32_t bf_toggle;
     vqp_mlx5_rxwq_t rq;
     vqp_mlx5_cq_t cq;
 } ud_ep_t;
@@ -382,9 +384,9 @@ static void ud_ep_open(ud_ep_t *ep)
         qa.qkey     = (i == 0) ? E2E_QKEY : 0;
         assert_int_equal(vqp_sw_qp_modify(ep->qp_h, &qa), UCS_OK);
     }
-    assert_int_equal(
-        vqp_mlx5_txwq_init(&ep->sq, &dqp, ep->qpn, 128, 1, VQP_MLX5_DB_BF),
-        UCS_OK);
+    assert_int_equal(vqp_mlx5_txwq_init(&ep->sq, &dqp, ep->qpn, 128, 1,
+                                        VQP_MLX5_DB_BF, &ep->bf_toggle),
+                     UCS_OK);
     assert_int_equal(vqp_mlx5_rxwq_init(&ep->rq, &dqp), UCS_OK);
 }
 
