@@ -373,6 +373,7 @@ struct vqp_sw_dev {
     vqp_sw_srq_t *srqs[VQP_SW_MAX_SRQ];
     vqp_sw_mr_t *mrs[VQP_SW_MAX_MR];
     uint32_t mr_gen[VQP_SW_MAX_MR];
+    uint32_t mr_free; /* every MR slot below it is taken */
     uint32_t qp_gen[VQP_SW_MAX_QP];
     uint8_t *arena_used; /* one byte per arena page */
     size_t arena_pages;

@@ -223,11 +223,14 @@ static ucs_status_t vqp_sw_mr_reg_locked(vqp_sw_dev_t *dev, void *addr,
                   length);
         return UCS_ERR_INVALID_PARAM;
     }
-    for (i = 0; i < VQP_SW_MAX_MR; ++i) {
+    /* The lowest free slot, from below which none is: a registration
+     * costs no walk over the regions in use. */
+    for (i = dev->mr_free; i < VQP_SW_MAX_MR; ++i) {
         if (dev->mrs[i] == NULL) {
             break;
         }
     }
+    dev->mr_free = i;
     if (i == VQP_SW_MAX_MR) {
         ucs_log(level, "vqp_sw %s: too many memory regions (max %u)", dev->name,
                 VQP_SW_MAX_MR);
@@ -250,12 +253,13 @@ static ucs_status_t vqp_sw_mr_reg_locked(vqp_sw_dev_t *dev, void *addr,
     ent->addr      = (uintptr_t)addr;
     ent->length    = length;
     __atomic_store_n(&ent->key, key, __ATOMIC_RELEASE);
-    mr->dev     = dev;
-    mr->index   = i;
-    dev->mrs[i] = mr;
-    *mr_p       = mr;
-    *lkey_p     = key;
-    *rkey_p     = key;
+    mr->dev      = dev;
+    mr->index    = i;
+    dev->mrs[i]  = mr;
+    dev->mr_free = i + 1;
+    *mr_p        = mr;
+    *lkey_p      = key;
+    *rkey_p      = key;
     return UCS_OK;
 }
 
@@ -295,6 +299,7 @@ static ucs_status_t vqp_sw_mr_dereg_locked(vqp_sw_mr_t *mr)
     /* Key first: a reader that saw the old key re-checks it afterwards. */
     __atomic_store_n(&mr->dev->shm->mr[mr->index].key, 0, __ATOMIC_RELEASE);
     mr->dev->mrs[mr->index] = NULL;
+    mr->dev->mr_free        = ucs_min(mr->dev->mr_free, mr->index);
     free(mr);
     return UCS_OK;
 }

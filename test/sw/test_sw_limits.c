@@ -103,10 +103,24 @@ static void test_too_many_mrs(void **state)
     assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mr, &lkey, &rkey),
                      UCS_ERR_EXCEEDS_LIMIT);
     assert_true(sw_test_log_has("too many memory regions"));
-    /* A freed slot is reusable, under a new key. */
+    /* A freed slot is reusable, under a new key; the lowest free one is
+     * taken first. */
+    assert_int_equal(vqp_sw_mr_dereg(mrs[9]), UCS_OK);
     assert_int_equal(vqp_sw_mr_dereg(mrs[5]), UCS_OK);
     assert_int_equal(
         vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mrs[5], &lkey, &rkey), UCS_OK);
+    assert_int_equal(lkey & (attr.max_mr - 1), 5);
+    assert_int_equal(
+        vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mrs[9], &lkey, &rkey), UCS_OK);
+    assert_int_equal(lkey & (attr.max_mr - 1), 9);
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), 0, &mr, &lkey, &rkey),
+                     UCS_ERR_EXCEEDS_LIMIT);
+    /* The last slot, freed, is found again. */
+    assert_int_equal(vqp_sw_mr_dereg(mrs[attr.max_mr - 1]), UCS_OK);
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), 0,
+                                   &mrs[attr.max_mr - 1], &lkey, &rkey),
+                     UCS_OK);
+    assert_int_equal(lkey & (attr.max_mr - 1), attr.max_mr - 1);
     free(mrs); /* the rest go with the device */
 }
 
