@@ -731,8 +731,9 @@ static ucs_log_func_rc_t refused_log(const char *file, unsigned line,
     return UCS_LOG_FUNC_RC_STOP;
 }
 
-/* Memory with an unmapped page in it cannot be registered (ibv_reg_mr
- * says EFAULT; the software device refuses it as well). The failure is
+/* Memory with an unmapped page in it, or read-only memory with write rights
+ * (UCT_MD_MEM_ACCESS_ALL), cannot be registered (ibv_reg_mr says EFAULT;
+ * the software device refuses it as well). The failure is
  * logged as an error, unless the caller asked UCT_MD_MEM_FLAG_HIDE_ERRORS:
  * UCP and the registration cache try such ranges and fall back. */
 static void registration_refused(uct_md_h m, const char *what)
@@ -760,6 +761,21 @@ static void registration_refused(uct_md_h m, const char *what)
           "%s: memory reaching into a hole registered", what);
     CHECK(refused_errors == 0, "%s: HIDE_ERRORS still logged '%s'", what,
           refused_text);
+    /* Read-only memory cannot be pinned for writing either. */
+    CHECK(mprotect(buf, page, PROT_READ) == 0, "mprotect: %m");
+    CHECK(uct_md_mem_reg(m, buf, page, UCT_MD_MEM_ACCESS_ALL, &memh) != UCS_OK,
+          "%s: read-only memory registered for writing", what);
+    CHECK((refused_errors > 0) && (strstr(refused_text, "read-only") != NULL),
+          "%s: the refusal logged %u lines, the last '%s'", what,
+          refused_errors, refused_text);
+    refused_errors = 0;
+    CHECK(uct_md_mem_reg(m, buf, page,
+                         UCT_MD_MEM_ACCESS_ALL | UCT_MD_MEM_FLAG_HIDE_ERRORS,
+                         &memh) != UCS_OK,
+          "%s: read-only memory registered for writing", what);
+    CHECK(refused_errors == 0, "%s: HIDE_ERRORS still logged '%s'", what,
+          refused_text);
+    CHECK(mprotect(buf, page, PROT_READ | PROT_WRITE) == 0, "mprotect: %m");
     ucs_log_pop_handler();
     /* The mapped pages on either side still register. */
     CHECK_OK(uct_md_mem_reg(m, buf, page, UCT_MD_MEM_ACCESS_ALL, &memh));
@@ -779,8 +795,9 @@ static void registration_hide_errors(void)
     CHECK_OK(open_md_with("RCACHE", "n", &md_n));
     registration_refused(md_n, "uncached");
     uct_md_close(md_n);
-    printf("ok - memory with an unmapped page is refused, logged as an error "
-           "unless UCT_MD_MEM_FLAG_HIDE_ERRORS (cached and uncached)\n");
+    printf("ok - memory with an unmapped page, and read-only memory for "
+           "writing, are refused, logged as an error unless "
+           "UCT_MD_MEM_FLAG_HIDE_ERRORS (cached and uncached)\n");
 }
 
 /* Run in a child with UCX_MEM_EVENTS=no: no cache can see unmaps. */
