@@ -141,6 +141,12 @@ int main(int argc, char **argv)
         vqp_dev_address(dev, &addr[i].dev);
         addr[i].qpn = caps[i].qpn;
     }
+    /* A ConnectX gives the QPs of one CQ its thread domain's register (the
+     * same address), or none of BlueFlame size (8-byte doorbells). */
+    printf("vqp_dev_smoke: QPs 0x%x and 0x%x: BlueFlame %u and %u bytes, "
+           "register %p and %p\n",
+           caps[0].qpn, caps[1].qpn, dv_qp[0].bf.size, dv_qp[1].bf.size,
+           dv_qp[0].bf.reg, dv_qp[1].bf.reg);
     /* Loopback: each QP is the other's peer; distinct source ports on RoCE. */
     vqp_dev_connect_params_default(&params);
     for (i = 0; i < 2; ++i) {
