@@ -842,26 +842,39 @@ static void uct_rc_vqp_cm_async(int id, ucs_event_set_types_t events, void *arg)
     ucs_spin_unlock(&cm->lock);
 }
 
-unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
+/* Whether a progress call has more to do than look (under the lock): a
+ * datagram or a kept one, connections being made or released, or the
+ * keepalive's turn (its counter counts here). */
+static UCS_F_ALWAYS_INLINE int uct_rc_vqp_cm_busy(uct_rc_vqp_cm_t *cm)
+{
+    /* First: the counter counts every call, busy or not. */
+    int ka_due = (kh_size(&cm->passive) != 0) && (cm->keepalive != 0) &&
+                 (++cm->ka_iter >= UCT_RC_VQP_CM_KA_SKIP);
+
+    return ka_due || !ucs_queue_is_empty(&cm->deferred) ||
+           vqp_mlx5_cq_ready(&cm->cq) || !ucs_list_is_empty(&cm->connecting) ||
+           !ucs_list_is_empty(&cm->doomed);
+}
+
+/* What uct_rc_vqp_cm_busy found to do, out of line: an idle progress call
+ * does not pay for this frame. */
+static UCS_F_NOINLINE unsigned uct_rc_vqp_cm_work(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
     uct_rc_vqp_cm_conn_t *conn;
     unsigned count, polled;
 
-    /* Only this thread writes it; the responder reads it. */
-    __atomic_store_n(&cm->progress_gen, cm->progress_gen + 1, __ATOMIC_RELAXED);
-    if (!uct_rc_vqp_cm_trylock(cm)) {
-        return 0; /* the responder has it, for a moment */
-    }
     count  = uct_rc_vqp_cm_handle_deferred(iface);
     polled = uct_rc_vqp_cm_poll(iface, 0, UCT_RC_VQP_CM_POLL);
     count += polled;
     if (ucs_unlikely(!ucs_list_is_empty(&cm->connecting))) {
         uct_rc_vqp_cm_timers(iface, polled < UCT_RC_VQP_CM_POLL);
     }
-    if ((kh_size(&cm->passive) != 0) && (cm->keepalive != 0) &&
-        ((++cm->ka_iter % UCT_RC_VQP_CM_KA_SKIP) == 0)) {
-        uct_rc_vqp_cm_keepalive(iface);
+    if (cm->ka_iter >= UCT_RC_VQP_CM_KA_SKIP) {
+        cm->ka_iter = 0;
+        if ((kh_size(&cm->passive) != 0) && (cm->keepalive != 0)) {
+            uct_rc_vqp_cm_keepalive(iface);
+        }
     }
     while (ucs_unlikely(!ucs_list_is_empty(&cm->doomed))) {
         conn = ucs_list_head(&cm->doomed, uct_rc_vqp_cm_conn_t, list);
@@ -873,6 +886,20 @@ unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
         uct_ep_destroy(&conn->ep->super.super);
         ++count;
     }
+    return count;
+}
+
+unsigned uct_rc_vqp_cm_progress(uct_rc_vqp_iface_t *iface)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    unsigned count;
+
+    /* Only this thread writes it; the responder reads it. */
+    __atomic_store_n(&cm->progress_gen, cm->progress_gen + 1, __ATOMIC_RELAXED);
+    if (!uct_rc_vqp_cm_trylock(cm)) {
+        return 0; /* the responder has it, for a moment */
+    }
+    count = uct_rc_vqp_cm_busy(cm) ? uct_rc_vqp_cm_work(iface) : 0;
     uct_rc_vqp_cm_unlock(cm);
     return count;
 }

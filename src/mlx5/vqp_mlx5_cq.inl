@@ -264,17 +264,24 @@ static inline ucs_status_t vqp_mlx5_cq_arm(vqp_mlx5_cq_t *cq, int solicited)
     return UCS_OK;
 }
 
+/* Whether a poll would return the CQE at ci now: a look at its owner byte,
+ * without the poll's acquire fence (nothing of the CQE is read), so that an
+ * idle caller can skip its poll altogether. */
+static UCS_F_ALWAYS_INLINE int vqp_mlx5_cq_ready(const vqp_mlx5_cq_t *cq)
+{
+    uint8_t op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(cq, cq->ci)->op_own;
+
+    return vqp_mlx5_cqe_is_sw_owned(op_own, cq->ci, cq->log_cnt);
+}
+
 /* Right after an arm: a CQE the device wrote before it raised no event, so
  * the caller must not sleep when this says one waits at ci. The full fence
  * orders the arm's stores before the owner byte's load (one written after
  * the arm raises the event). */
 static inline int vqp_mlx5_cq_ready_at_arm(const vqp_mlx5_cq_t *cq)
 {
-    uint8_t op_own;
-
     ucs_memory_cpu_fence();
-    op_own = *(volatile uint8_t *)&vqp_mlx5_cq_get(cq, cq->ci)->op_own;
-    return vqp_mlx5_cqe_is_sw_owned(op_own, cq->ci, cq->log_cnt);
+    return vqp_mlx5_cq_ready(cq);
 }
 
 /* An event arrived: the next arm must carry the next sequence number. */

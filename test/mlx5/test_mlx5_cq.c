@@ -281,10 +281,13 @@ static void test_arm(void **state)
 
     /* Nothing at ci after the arm, then a CQE the device wrote there. */
     assert_false(vqp_mlx5_cq_ready_at_arm(&cq));
+    assert_false(vqp_mlx5_cq_ready(&cq));
     fake_cq_push(f, MLX5_CQE_REQ, 1, 0, 0, 0);
     assert_true(vqp_mlx5_cq_ready_at_arm(&cq));
+    assert_true(vqp_mlx5_cq_ready(&cq)); /* a look: the CQE stays */
     assert_non_null(vqp_mlx5_cq_poll(&cq));
     assert_false(vqp_mlx5_cq_ready_at_arm(&cq));
+    assert_false(vqp_mlx5_cq_ready(&cq));
 
     cq.uar = NULL;
     assert_int_equal(vqp_mlx5_cq_arm(&cq, 0), UCS_ERR_UNSUPPORTED);
