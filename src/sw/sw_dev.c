@@ -682,7 +682,9 @@ unsigned vqp_sw_progress(vqp_sw_dev_t *dev)
     }
     /* Inbound records last: a responder CQE is written right before the
      * caller polls its CQ, not before a walk over the QPs. */
-    events += vqp_sw_resp_progress(dev);
+    if (vqp_sw_resp_pending(dev)) {
+        events += vqp_sw_resp_progress(dev);
+    }
     for (i = 0; dev->fault.enabled && (i < VQP_SW_MAX_CQ); ++i) {
         if ((dev->cqs[i] != NULL) && (dev->cqs[i]->n_held > 0)) {
             vqp_sw_cq_release_held(dev->cqs[i]);

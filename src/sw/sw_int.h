@@ -595,6 +595,19 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp);
 
 /* sw_resp.c */
 unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev);
+
+/* Whether an inbound record waits at the ring's tail: the check
+ * vqp_sw_resp_progress starts with, without its call (a progress call that
+ * finds nothing pays only this). */
+static inline bool vqp_sw_resp_pending(const vqp_sw_dev_t *dev)
+{
+    const vqp_sw_shm_t *shm = dev->shm;
+    uint64_t tail           = shm->in_tail;
+
+    return __atomic_load_n(&shm->in[tail & (VQP_SW_INBOUND - 1)].seq,
+                           __ATOMIC_RELAXED) == (uint32_t)(tail + 1);
+}
+
 /* Free records in @a peer's inbound ring (its lock held), at least @a want
  * if there are: its in_tail is read only when the last one seen leaves
  * fewer. */
