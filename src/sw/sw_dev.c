@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,32 +184,67 @@ static void vqp_sw_clean_stale(uint32_t uid)
     closedir(dir);
 }
 
-/* The device lock (see sw_int.h), and how deep this thread holds it. */
-static pthread_mutex_t vqp_sw_dev_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The device lock (see sw_int.h): a futex word, 0 free, 1 held, 2 held
+ * with a thread asleep on it; and how deep this thread holds it. Every
+ * progress call takes it: a compare-and-swap and an exchange, where a
+ * pthread mutex cost an idle call 57 instructions. Waiters sleep (a thread
+ * sharing the device, a control call, fork) instead of spinning on a holder
+ * the scheduler may have taken off the CPU. */
+static uint32_t vqp_sw_dev_word;
 static __thread unsigned vqp_sw_dev_lock_depth
     __attribute__((tls_model("initial-exec")));
+
+static void vqp_sw_dev_word_lock(void)
+{
+    uint32_t c = 0;
+
+    if (__atomic_compare_exchange_n(&vqp_sw_dev_word, &c, 1, false,
+                                    __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        return;
+    }
+    /* Held: say a thread sleeps (2), and sleep while it stays held. */
+    if (c != 2) {
+        c = __atomic_exchange_n(&vqp_sw_dev_word, 2, __ATOMIC_ACQUIRE);
+    }
+    while (c != 0) {
+        syscall(SYS_futex, &vqp_sw_dev_word, FUTEX_WAIT_PRIVATE, 2, NULL, NULL,
+                0);
+        c = __atomic_exchange_n(&vqp_sw_dev_word, 2, __ATOMIC_ACQUIRE);
+    }
+}
+
+static void vqp_sw_dev_word_unlock(void)
+{
+    if (__atomic_exchange_n(&vqp_sw_dev_word, 0, __ATOMIC_RELEASE) == 2) {
+        syscall(SYS_futex, &vqp_sw_dev_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
+                0);
+    }
+}
 
 void vqp_sw_dev_lock(void)
 {
     if (vqp_sw_dev_lock_depth++ == 0) {
-        pthread_mutex_lock(&vqp_sw_dev_mutex);
+        vqp_sw_dev_word_lock();
     }
 }
 
 void vqp_sw_dev_unlock(void)
 {
     if (--vqp_sw_dev_lock_depth == 0) {
-        pthread_mutex_unlock(&vqp_sw_dev_mutex);
+        vqp_sw_dev_word_unlock();
     }
 }
 
 bool vqp_sw_dev_trylock(void)
 {
+    uint32_t c = 0;
+
     if (vqp_sw_dev_lock_depth > 0) {
         ++vqp_sw_dev_lock_depth;
         return true;
     }
-    if (pthread_mutex_trylock(&vqp_sw_dev_mutex) != 0) {
+    if (!__atomic_compare_exchange_n(&vqp_sw_dev_word, &c, 1, false,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
         return false;
     }
     vqp_sw_dev_lock_depth = 1;

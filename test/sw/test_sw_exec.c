@@ -534,6 +534,65 @@ static void test_threads_share_devices(void **state)
     fx_fini(&f);
 }
 
+/* The device lock: threads that contend sleep and wake (its futex path),
+ * each increment of a plain counter under it survives, it nests in one
+ * thread, and a trylock from another thread fails while it is held. */
+#define LOCK_THREADS 4
+#define LOCK_ROUNDS  200000
+
+static unsigned long lock_counter;
+
+static void *thread_lock(void *p)
+{
+    unsigned i;
+
+    for (i = 0; i < LOCK_ROUNDS; ++i) {
+        vqp_sw_dev_lock();
+        ++lock_counter;
+        if ((i & 1023) == 0) {
+            sched_yield(); /* held across a yield: the others sleep */
+        }
+        vqp_sw_dev_unlock();
+    }
+    return NULL;
+}
+
+static void *thread_trylock(void *p)
+{
+    *(int *)p = vqp_sw_dev_trylock();
+    if (*(int *)p) {
+        vqp_sw_dev_unlock();
+    }
+    return NULL;
+}
+
+static void test_device_lock(void **state)
+{
+    pthread_t th[LOCK_THREADS];
+    int got = -1;
+    unsigned i;
+
+    lock_counter = 0;
+    for (i = 0; i < LOCK_THREADS; ++i) {
+        assert_int_equal(pthread_create(&th[i], NULL, thread_lock, NULL), 0);
+    }
+    for (i = 0; i < LOCK_THREADS; ++i) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    }
+    assert_int_equal(lock_counter, (unsigned long)LOCK_THREADS * LOCK_ROUNDS);
+
+    vqp_sw_dev_lock();
+    assert_true(vqp_sw_dev_trylock()); /* nests */
+    vqp_sw_dev_unlock();
+    assert_int_equal(pthread_create(&th[0], NULL, thread_trylock, &got), 0);
+    assert_int_equal(pthread_join(th[0], NULL), 0);
+    assert_int_equal(got, 0); /* still held here */
+    vqp_sw_dev_unlock();
+    assert_int_equal(pthread_create(&th[0], NULL, thread_trylock, &got), 0);
+    assert_int_equal(pthread_join(th[0], NULL), 0);
+    assert_int_equal(got, 1);
+}
+
 /* ------------------------------------------------------ in one process */
 
 /* Progress mode: the doorbell executes nothing, progress does it all. */
@@ -820,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_across_processes),
         cmocka_unit_test(test_across_processes_idle),
         cmocka_unit_test(test_threads_share_devices),
+        cmocka_unit_test(test_device_lock),
         cmocka_unit_test(test_progress_mode),
         cmocka_unit_test(test_doorbell_record_wraps),
         T(test_only_that_qp),
