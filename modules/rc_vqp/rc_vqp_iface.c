@@ -116,7 +116,7 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      "the interface is not progressed (longer gaps than a quarter of this, at\n"
      "most 1 s) does not count: no request is resent and no answer read then.\n"
      "A peer whose interface is not progressed says from its async thread\n"
-     "that it is busy (in UCX's thread async mode), which restarts this timeout.",
+     "that it is busy (UCX's thread async mode); that restarts this timeout.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, connect_timeout),
      UCS_CONFIG_TYPE_TIME},
 
