@@ -626,6 +626,7 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface, int drained)
     uct_rc_vqp_cm_t *cm = &iface->cm;
     uint64_t now        = uct_rc_vqp_cm_now();
     uct_rc_vqp_cm_conn_t *conn, *tmp;
+    char peer[VQP_DEV_ADDR_STR_MAX];
     double interval;
     uint64_t gap;
 
@@ -642,9 +643,11 @@ static void uct_rc_vqp_cm_timers(uct_rc_vqp_iface_t *iface, int drained)
             uct_rc_vqp_cm_conn_unlist(conn); /* canceled by the user */
         } else if (drained && ((int64_t)(now - conn->deadline) >= 0)) {
             ++cm->stats.timeouts;
-            ucs_diag("rc_vqp cm: ep %p: no answer from qpn 0x%x after %u"
+            ucs_diag("rc_vqp cm: ep %p: no answer from %s qpn 0x%x after %u"
                      " requests in %.1f s",
-                     conn->ep, conn->peer_qpn, conn->attempts, cm->timeout);
+                     conn->ep,
+                     vqp_dev_addr_str(&conn->peer->addr, peer, sizeof(peer)),
+                     conn->peer_qpn, conn->attempts, cm->timeout);
             uct_rc_vqp_cm_conn_unlist(conn);
             uct_rc_vqp_ep_set_failed(conn->ep, UCS_ERR_ENDPOINT_TIMEOUT);
         } else if ((int64_t)(now - conn->next_send) >= 0) {
@@ -861,6 +864,7 @@ static UCS_F_ALWAYS_INLINE int uct_rc_vqp_cm_busy(uct_rc_vqp_cm_t *cm)
 static UCS_F_NOINLINE unsigned uct_rc_vqp_cm_work(uct_rc_vqp_iface_t *iface)
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
+    char peer[VQP_DEV_ADDR_STR_MAX];
     uct_rc_vqp_cm_conn_t *conn;
     unsigned count, polled;
 
@@ -880,9 +884,10 @@ static UCS_F_NOINLINE unsigned uct_rc_vqp_cm_work(uct_rc_vqp_iface_t *iface)
         conn = ucs_list_head(&cm->doomed, uct_rc_vqp_cm_conn_t, list);
         uct_rc_vqp_cm_conn_unlist(conn);
         ++cm->stats.passive_expired;
-        ucs_diag("rc_vqp cm: passive ep %p of request 0x%lx: peer unreachable,"
-                 " released",
-                 conn->ep, conn->id);
+        ucs_diag("rc_vqp cm: passive ep %p of request 0x%lx: peer %s"
+                 " unreachable, released",
+                 conn->ep, conn->id,
+                 vqp_dev_addr_str(&conn->peer->addr, peer, sizeof(peer)));
         uct_ep_destroy(&conn->ep->super.super);
         ++count;
     }

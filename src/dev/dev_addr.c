@@ -10,9 +10,11 @@
 
 #include <ucs/debug/log.h>
 #include <ucs/sys/compiler_def.h>
+#include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 /* IB port without a GID: LID only (the common single-subnet fabric). */
@@ -71,6 +73,45 @@ static const char *vqp_dev_addr_type_str(unsigned type)
     default:
         return "unknown";
     }
+}
+
+static void vqp_dev_gid_str(const union ibv_gid *gid, char *buf, size_t max)
+{
+    if (inet_ntop(AF_INET6, gid->raw, buf, (socklen_t)max) == NULL) {
+        snprintf(buf, max, "?");
+    }
+}
+
+const char *vqp_dev_addr_str(const vqp_dev_addr_t *addr, char *buf, size_t max)
+{
+    char gid[INET6_ADDRSTRLEN];
+
+    if (max == 0) {
+        return buf;
+    }
+    switch (addr->type) {
+    case VQP_DEV_ADDR_IB:
+        if (addr->ib.has_gid) {
+            vqp_dev_gid_str(&addr->ib.gid, gid, sizeof(gid));
+            snprintf(buf, max, "lid 0x%x gid %s", addr->ib.lid, gid);
+        } else {
+            snprintf(buf, max, "lid 0x%x", addr->ib.lid);
+        }
+        break;
+    case VQP_DEV_ADDR_ROCE:
+        vqp_dev_gid_str(&addr->roce.gid, gid, sizeof(gid));
+        snprintf(buf, max, "gid %s", gid);
+        break;
+    case VQP_DEV_ADDR_SW:
+        snprintf(buf, max, "sw pid %u instance %u", addr->sw.pid,
+                 addr->sw.instance);
+        break;
+    default:
+        snprintf(buf, max, "%s address type 0x%x",
+                 vqp_dev_addr_type_str(addr->type), (unsigned)addr->type);
+        break;
+    }
+    return buf;
 }
 
 static int vqp_dev_gid_is_zero(const union ibv_gid *gid)

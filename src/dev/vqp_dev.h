@@ -229,6 +229,12 @@ ucs_status_t vqp_dev_qp_addr_pack(const vqp_dev_qp_addr_t *addr, void *buf,
 ucs_status_t vqp_dev_qp_addr_unpack(const void *buf, size_t len,
                                     vqp_dev_qp_addr_t *addr, size_t *used_p);
 
+/* @a addr for a log line ("lid 0x1a", "gid fe80::...", "sw pid 1234
+ * instance 0"), NUL-terminated and truncated to @a max bytes; returns @a buf.
+ * Enough: VQP_DEV_ADDR_STR_MAX. */
+#define VQP_DEV_ADDR_STR_MAX 64
+const char *vqp_dev_addr_str(const vqp_dev_addr_t *addr, char *buf, size_t max);
+
 /* UCS_OK if @a dev can reach a device at @a remote, else UCS_ERR_UNREACHABLE
  * with a debug log saying why (kinds differ, other IB subnet without GID,
  * software peer process gone, ...). */

@@ -23,9 +23,10 @@
 #pragma GCC visibility push(hidden)
 
 /* Segment versions: 2 UD QPs; 3 armed; 4 record seq; 5 16 Ki QPs;
- * 7 staging ring; 8 64 Ki QPs (16-bit slots) and a 4 GiB arena. */
+ * 7 staging ring; 8 64 Ki QPs (16-bit slots) and a 4 GiB arena;
+ * 9 out_of_buffer. */
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     8u
+#define VQP_SW_VERSION     9u
 #define VQP_SW_MAX_QP      65536u
 #define VQP_SW_QP_BITS     16u
 #define VQP_SW_MAX_CQ      512u
@@ -113,6 +114,9 @@ typedef struct vqp_sw_shm_qp {
     uint64_t flushed;
     uint64_t recv_msgs;
     uint64_t ud_dropped; /* UD datagrams sent but not delivered */
+    /* UD datagrams that found no receive posted here (a ConnectX's
+     * out_of_buffer): written by the senders, under this segment's lock. */
+    uint64_t out_of_buffer;
 } vqp_sw_shm_qp_t;
 
 /* dev->maps_fd before the first registration looked. */

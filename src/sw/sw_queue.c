@@ -671,14 +671,15 @@ ucs_status_t vqp_sw_qp_modify(vqp_sw_qp_t *qp, const vqp_sw_qp_attr_t *attr)
 static void vqp_sw_qp_counters_locked(const vqp_sw_qp_t *qp,
                                       vqp_sw_qp_counters_t *c)
 {
-    c->wqes        = qp->shm->wqes;
-    c->bytes       = qp->shm->bytes;
-    c->errors      = qp->shm->errors;
-    c->rnr_retries = qp->shm->rnr_retries;
-    c->retries     = qp->shm->retries;
-    c->flushed     = qp->shm->flushed;
-    c->recv_msgs   = qp->shm->recv_msgs;
-    c->ud_dropped  = qp->shm->ud_dropped;
+    c->wqes          = qp->shm->wqes;
+    c->bytes         = qp->shm->bytes;
+    c->errors        = qp->shm->errors;
+    c->rnr_retries   = qp->shm->rnr_retries;
+    c->retries       = qp->shm->retries;
+    c->flushed       = qp->shm->flushed;
+    c->recv_msgs     = qp->shm->recv_msgs;
+    c->ud_dropped    = qp->shm->ud_dropped;
+    c->out_of_buffer = qp->shm->out_of_buffer;
 }
 
 void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c)

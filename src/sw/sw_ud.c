@@ -177,6 +177,7 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
     } else if (vqp_sw_resp_take_wqe(qp, tqp, 0, &cursor, &segs, &n_segs,
                                     &wqe_counter) != VQP_SW_RESP_OK) {
         why = "no receive posted";
+        ++tqp->out_of_buffer; /* under the segment's lock */
     }
     if (why != NULL) {
         goto out;

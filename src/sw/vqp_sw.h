@@ -239,14 +239,15 @@ enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp);
 
 /* Per-QP counters, also shown by the vqp_sw_stat tool. */
 typedef struct vqp_sw_qp_counters {
-    uint64_t wqes;        /* SQ WQEs executed */
-    uint64_t bytes;       /* payload bytes moved by them */
-    uint64_t errors;      /* error CQEs other than flushes */
-    uint64_t rnr_retries; /* RNR waits of the SQ head */
-    uint64_t retries;     /* transport retries (no response) */
-    uint64_t flushed;     /* flush CQEs written (SQ and RQ) */
-    uint64_t recv_msgs;   /* responder completions delivered */
-    uint64_t ud_dropped;  /* UD datagrams sent but not delivered */
+    uint64_t wqes;          /* SQ WQEs executed */
+    uint64_t bytes;         /* payload bytes moved by them */
+    uint64_t errors;        /* error CQEs other than flushes */
+    uint64_t rnr_retries;   /* RNR waits of the SQ head */
+    uint64_t retries;       /* transport retries (no response) */
+    uint64_t flushed;       /* flush CQEs written (SQ and RQ) */
+    uint64_t recv_msgs;     /* responder completions delivered */
+    uint64_t ud_dropped;    /* UD datagrams sent but not delivered */
+    uint64_t out_of_buffer; /* UD datagrams that found no receive posted */
 } vqp_sw_qp_counters_t;
 void vqp_sw_qp_counters(const vqp_sw_qp_t *qp, vqp_sw_qp_counters_t *c);
 

@@ -46,12 +46,14 @@ static void vqp_sw_stat_show(const char *path, const vqp_sw_shm_t *shm,
             continue;
         }
         if (qp->type == VQP_SW_QPT_UD) {
-            printf("  qp 0x%06x %-5s ud qkey 0x%08x rq wqes %lu bytes %lu "
-                   "errors %lu flushed %lu recv %lu ud_dropped %lu\n",
+            printf("  qp 0x%06x %-5s ud qkey 0x%08x wqes %lu bytes %lu "
+                   "errors %lu flushed %lu recv %lu ud_dropped %lu "
+                   "out_of_buffer %lu\n",
                    qp->qpn, vqp_sw_state_str((enum ibv_qp_state)qp->state),
                    qp->qkey, (unsigned long)qp->wqes, (unsigned long)qp->bytes,
                    (unsigned long)qp->errors, (unsigned long)qp->flushed,
-                   (unsigned long)qp->recv_msgs, (unsigned long)qp->ud_dropped);
+                   (unsigned long)qp->recv_msgs, (unsigned long)qp->ud_dropped,
+                   (unsigned long)qp->out_of_buffer);
             continue;
         }
         printf("  qp 0x%06x %-5s peer %u:%u:0x%06x %s wqes %lu bytes %lu "

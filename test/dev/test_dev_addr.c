@@ -379,6 +379,37 @@ static void test_udp_sport(void **state)
     assert_int_equal(vqp_dev_udp_sport(0, 0x4000), vqp_dev_udp_sport(0, 0));
 }
 
+/* Log names: each kind says what identifies it; a short buffer truncates. */
+static void test_addr_str(void **state)
+{
+    char buf[VQP_DEV_ADDR_STR_MAX], tiny[8];
+    vqp_dev_addr_t addr;
+
+    (void)state;
+    addr = addr_ib(0x1a, 0);
+    assert_string_equal(vqp_dev_addr_str(&addr, buf, sizeof(buf)), "lid 0x1a");
+    addr = addr_ib(0x1a, 0xfe80000000000000ull);
+    assert_string_equal(vqp_dev_addr_str(&addr, buf, sizeof(buf)),
+                        "lid 0x1a gid fe80::2:c903:a1:b2c3");
+    addr = addr_roce(1, 7);
+    assert_string_equal(vqp_dev_addr_str(&addr, buf, sizeof(buf)),
+                        "gid ::ffff:192.168.0.7");
+    addr = addr_roce(0, 9);
+    assert_string_equal(vqp_dev_addr_str(&addr, buf, sizeof(buf)),
+                        "gid fe80::9");
+    addr = addr_sw(4321, 2);
+    assert_string_equal(vqp_dev_addr_str(&addr, buf, sizeof(buf)),
+                        "sw pid 4321 instance 2");
+    assert_string_equal(vqp_dev_addr_str(&addr, tiny, sizeof(tiny)), "sw pid ");
+    addr.type = (vqp_dev_addr_type_t)0x33;
+    assert_string_equal(vqp_dev_addr_str(&addr, buf, sizeof(buf)),
+                        "unknown address type 0x33");
+    /* No room at all: nothing written, the buffer comes back. */
+    tiny[0] = 'x';
+    assert_ptr_equal(vqp_dev_addr_str(&addr, tiny, 0), tiny);
+    assert_int_equal(tiny[0], 'x');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -389,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_unpack_errors),
         cmocka_unit_test(test_reachability),
         cmocka_unit_test(test_udp_sport),
+        cmocka_unit_test(test_addr_str),
     };
     return cmocka_run_group_tests(tests, test_log_setup, test_log_teardown);
 }

@@ -210,6 +210,15 @@ static uint64_t ud_dropped(ud_side_t *s)
     return c.ud_dropped;
 }
 
+/* Datagrams that reached @a s's QP while it had no receive posted. */
+static uint64_t out_of_buffer(ud_side_t *s)
+{
+    vqp_sw_qp_counters_t c;
+
+    vqp_sw_qp_counters(s->qp.qp, &c);
+    return c.out_of_buffer;
+}
+
 /* ------------------------------------------------------ two processes */
 
 static int xwrite(int fd, const void *p, size_t n)
@@ -584,12 +593,17 @@ static void test_drops(void **state)
     pair_expect_req(u, 0, 0);
     assert_true(ud_cq_quiet(u->devs, 2, &u->s[1].rcq));
     assert_int_equal(ud_dropped(&u->s[0]), ++dropped);
+    /* The receiver counts it too (out_of_buffer), the sender does not. */
+    assert_int_equal(out_of_buffer(&u->s[1]), 1);
+    assert_int_equal(out_of_buffer(&u->s[0]), 0);
 
     ud_post_recvs(&u->s[1], 1, RBUF);
     /* Wrong qkey. */
     pair_send(u, 0, 1, QKEY + 1, 64, 2);
     pair_expect_req(u, 0, 0);
     assert_int_equal(ud_dropped(&u->s[0]), ++dropped);
+    /* Not for want of a receive: out_of_buffer stays. */
+    assert_int_equal(out_of_buffer(&u->s[1]), 1);
     /* No QP with that QPN, and a QPN whose generation is stale. */
     ud_send(&u->s[0].qp, MLX5_OPCODE_SEND, &u->av[1], 0xffffff, QKEY,
             u->s[0].buf, 8, u->s[0].lkey, 0, 0);
@@ -682,12 +696,17 @@ static void test_drops(void **state)
         out[n] = '\0';
         assert_int_equal(pclose(f), 0);
         snprintf(needle, sizeof(needle),
-                 "qp 0x%06x RTS   ud qkey 0x%08x rq wqes %lu", u->s[0].qp.qpn,
+                 "qp 0x%06x RTS   ud qkey 0x%08x wqes %lu", u->s[0].qp.qpn,
                  QKEY, (unsigned long)dropped + 3);
         assert_non_null(strstr(out, needle));
-        snprintf(needle, sizeof(needle), "ud_dropped %lu\n",
+        snprintf(needle, sizeof(needle), "ud_dropped %lu out_of_buffer 0\n",
                  (unsigned long)dropped);
         assert_non_null(strstr(out, needle));
+        /* The receiver's line: the one datagram it had no receive for. */
+        snprintf(needle, sizeof(needle), "qp 0x%06x RTS   ud qkey 0x%08x wqes",
+                 u->s[1].qp.qpn, QKEY);
+        assert_non_null(strstr(out, needle));
+        assert_non_null(strstr(strstr(out, needle), "out_of_buffer 1\n"));
     }
 
     assert_int_equal(vqp_sw_qp_destroy(q.qp), UCS_OK);

@@ -1782,6 +1782,7 @@ static void run_kill_busy(pair_t *p, const scenario_t *sc)
 
 /* Diagnostics of the connection manager releasing a passive endpoint. */
 static int released_passive;
+static char no_answer_line[256]; /* the last "no answer" diagnostic */
 
 static ucs_log_func_rc_t released_log(const char *file, unsigned line,
                                       const char *function,
@@ -1792,8 +1793,13 @@ static ucs_log_func_rc_t released_log(const char *file, unsigned line,
     char text[256];
 
     vsnprintf(text, sizeof(text), message, ap);
-    if (strstr(text, "peer unreachable, released") != NULL) {
+    /* Both lines name the peer's device ("peer sw pid N instance M"). */
+    if ((strstr(text, "unreachable, released") != NULL) &&
+        (strstr(text, " peer sw pid ") != NULL)) {
         ++released_passive;
+    }
+    if (strstr(text, "no answer from") != NULL) {
+        snprintf(no_answer_line, sizeof(no_answer_line), "%s", text);
     }
     /* Diagnostics were raised for this line only: keep the rest quiet. */
     return (level == UCS_LOG_LEVEL_DIAG) ? UCS_LOG_FUNC_RC_STOP
@@ -1975,7 +1981,9 @@ static void connect_errors_step(pair_t *p, const scenario_t *sc)
 {
     size_t len          = p->attr.iface_addr_len;
     uct_ep_params_t eps = {0};
+    ucs_log_level_t level;
     uint8_t bad[64];
+    char want[64];
     connect_pending_t t;
     double t0, limit;
     int seq = 0, purged = 0;
@@ -2020,7 +2028,11 @@ static void connect_errors_step(pair_t *p, const scenario_t *sc)
     bad[1] = 0xf0;
     bad[2] = 0xff;
     ep     = pair_ep_to_iface(p, (const uct_iface_addr_t *)bad);
-    t0     = pair_now();
+    level  = ucs_global_opts.log_component.log_level;
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DIAG;
+    ucs_log_push_handler(released_log);
+    no_answer_line[0] = '\0';
+    t0                = pair_now();
     CHECK_STATUS(
         uct_ep_put_short(ep, &v, sizeof(v), p->remote_buf, p->rkey.rkey),
         UCS_ERR_NO_RESOURCE);
@@ -2032,6 +2044,14 @@ static void connect_errors_step(pair_t *p, const scenario_t *sc)
     CHECK_STATUS(uct_ep_pending_add(ep, &t.req, 0), UCS_OK);
     CHECK(pair_wait_int(p, &p->err_calls, 1),
           "no error for an endpoint whose peer never answers");
+    ucs_log_pop_handler();
+    ucs_global_opts.log_component.log_level = level;
+    /* The diagnostic says which device did not answer, not only a QPN. */
+    snprintf(want, sizeof(want), "no answer from sw pid %u instance ",
+             (unsigned)p->peer_pid);
+    CHECK(strstr(no_answer_line, want) != NULL,
+          "the timeout's diagnostic does not name the peer: '%s'",
+          no_answer_line);
     limit = atof(sc->cfg.connect_timeout);
     CHECK((pair_now() - t0 > 0.8 * limit) && (pair_now() - t0 < limit + 3),
           "connect error after %.2f s, timeout %.1f s", pair_now() - t0, limit);
