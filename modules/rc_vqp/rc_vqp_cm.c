@@ -485,16 +485,27 @@ static void uct_rc_vqp_cm_handle_mra(uct_rc_vqp_iface_t *iface,
 {
     uct_rc_vqp_cm_t *cm = &iface->cm;
     uct_rc_vqp_cm_conn_t *conn;
-    uint64_t deadline;
+    uint64_t now, deadline, next;
 
     ++cm->stats.mras_received;
     conn = uct_rc_vqp_cm_find(&cm->active, le64toh(hdr->id));
     if ((conn == NULL) || !conn->listed) {
         return; /* connected already, or gone */
     }
-    deadline = uct_rc_vqp_cm_now() + uct_rc_vqp_cm_ns(cm->timeout);
+    now      = uct_rc_vqp_cm_now();
+    deadline = now + uct_rc_vqp_cm_ns(cm->timeout);
     if ((int64_t)(deadline - conn->deadline) > 0) {
         conn->deadline = deadline;
+    }
+    /* As IB CM's MRA: the REQ arrived, so stop resending it at the retry
+     * pace. Each copy would take a receive of a peer that is not reposting
+     * them (31 requesters once a second ran a busy rank's queue dry, and
+     * then every REQ was dropped, unanswered until the timeout). One REQ
+     * half way to the new deadline still gets the next MRA in time, and
+     * the REP if the first one was lost. */
+    next = now + uct_rc_vqp_cm_ns(cm->timeout / 2);
+    if ((int64_t)(next - conn->next_send) > 0) {
+        conn->next_send = next;
     }
     ucs_debug("rc_vqp cm: ep %p: the peer is busy, request 0x%lx waits",
               conn->ep, conn->id);

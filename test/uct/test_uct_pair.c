@@ -2165,12 +2165,31 @@ static void run_connect_slow(pair_t *p, const scenario_t *sc)
  * after the timeout. */
 #define BUSY_TARGET_SEC 3.0
 
+/* MRAs the initiator received ("the peer is busy" at debug level). */
+static int busy_answers;
+
+static ucs_log_func_rc_t busy_log(const char *file, unsigned line,
+                                  const char *function, ucs_log_level_t level,
+                                  const ucs_log_component_config_t *comp,
+                                  const char *message, va_list ap)
+{
+    char text[256];
+
+    if (level < UCS_LOG_LEVEL_DEBUG) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    vsnprintf(text, sizeof(text), message, ap);
+    busy_answers += (strstr(text, "the peer is busy") != NULL);
+    return UCS_LOG_FUNC_RC_STOP; /* debug output raised for this count */
+}
+
 static void run_connect_busy(pair_t *p, const scenario_t *sc)
 {
     const uint64_t raddr = p->remote_buf + REGION_OFF;
     double limit         = atof(sc->cfg.connect_timeout);
     uint64_t v           = 0xb05ec0;
     double t0, t_conn, deadline;
+    ucs_log_level_t level;
     pair_msg_t msg;
     ucs_status_t st;
     uct_ep_h ep;
@@ -2186,7 +2205,11 @@ static void run_connect_busy(pair_t *p, const scenario_t *sc)
         pair_end(p, 2);
         return;
     }
-    t0       = pair_now();
+    level = ucs_global_opts.log_component.log_level;
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DEBUG;
+    ucs_log_push_handler(busy_log);
+    busy_answers = 0;
+    t0           = pair_now();
     ep       = pair_ep_to_iface(p, p->peer_iface_addr); /* the REQ goes now */
     deadline = t0 + BUSY_TARGET_SEC + PAIR_WAIT_SEC;
     while ((st = uct_ep_put_short(ep, &v, sizeof(v), raddr, p->rkey.rkey)) ==
@@ -2200,13 +2223,23 @@ static void run_connect_busy(pair_t *p, const scenario_t *sc)
     }
     CHECK_STATUS(st, UCS_OK);
     t_conn = pair_now() - t0;
+    ucs_log_pop_handler();
+    ucs_global_opts.log_component.log_level = level;
     CHECK(t_conn > 0.8 * BUSY_TARGET_SEC,
           "connected after %.2f s: the target was to be silent for %.1f s",
           t_conn, BUSY_TARGET_SEC);
+    /* Each REQ that reached the busy target got an MRA; after one, the
+     * next REQ waits half a timeout (IB CM's MRA), not the retry pace
+     * (a quarter of the timeout here, 13 answers in 3 s). */
+    CHECK((busy_answers >= 1) &&
+              (busy_answers <= (int)(BUSY_TARGET_SEC / (limit / 2)) + 2),
+          "%d busy answers (MRA) in %.1f s, timeout %.1f s: the requester "
+          "kept resending its REQ at the retry pace",
+          busy_answers, t_conn, limit);
     connected_put_finish(p, ep);
-    printf("  connected after %.1f s with a connect timeout of %.1f s; the "
-           "put arrived\n",
-           t_conn, limit);
+    printf("  connected after %.1f s with a connect timeout of %.1f s, %d "
+           "busy answers; the put arrived\n",
+           t_conn, limit, busy_answers);
 }
 
 /* ------------------------------------------------------ events (sleep) */
