@@ -46,7 +46,7 @@ static void vqp_sw_stat_show(const char *path, const vqp_sw_shm_t *shm,
             continue;
         }
         if (qp->type == VQP_SW_QPT_UD) {
-            printf("  qp 0x%06x %-5s ud qkey 0x%08x wqes %lu bytes %lu "
+            printf("  qp 0x%06x %-5s ud qkey 0x%08x rq wqes %lu bytes %lu "
                    "errors %lu flushed %lu recv %lu ud_dropped %lu "
                    "out_of_buffer %lu\n",
                    qp->qpn, vqp_sw_state_str((enum ibv_qp_state)qp->state),

@@ -696,15 +696,16 @@ static void test_drops(void **state)
         out[n] = '\0';
         assert_int_equal(pclose(f), 0);
         snprintf(needle, sizeof(needle),
-                 "qp 0x%06x RTS   ud qkey 0x%08x wqes %lu", u->s[0].qp.qpn,
+                 "qp 0x%06x RTS   ud qkey 0x%08x rq wqes %lu", u->s[0].qp.qpn,
                  QKEY, (unsigned long)dropped + 3);
         assert_non_null(strstr(out, needle));
         snprintf(needle, sizeof(needle), "ud_dropped %lu out_of_buffer 0\n",
                  (unsigned long)dropped);
         assert_non_null(strstr(out, needle));
         /* The receiver's line: the one datagram it had no receive for. */
-        snprintf(needle, sizeof(needle), "qp 0x%06x RTS   ud qkey 0x%08x wqes",
-                 u->s[1].qp.qpn, QKEY);
+        snprintf(needle, sizeof(needle),
+                 "qp 0x%06x RTS   ud qkey 0x%08x rq wqes", u->s[1].qp.qpn,
+                 QKEY);
         assert_non_null(strstr(out, needle));
         assert_non_null(strstr(strstr(out, needle), "out_of_buffer 1\n"));
     }
