@@ -360,17 +360,20 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     attr->max_conn_priv   = 0;
 
     /* Estimates UCP picks lanes and protocol thresholds by. The software
-     * device moves RDMA data with one process_vm_writev/readv (about 10 GB/s
+     * device moves RDMA data with one process_vm_writev/readv (9-19 GB/s
      * from 64 KiB on the 2-core VMs, docs/benchmarks.md); a message takes
      * 0.3-0.6 us one way, an RDMA operation 1.5-2 us (a syscall). Each
      * process copies with its own CPU, as cma does: dedicated bandwidth.
      * Its latency, above the shared-memory transports', and its bandwidth,
-     * below theirs, keep posix and cma ahead of it when they are enabled
-     * too. */
+     * below theirs (cma: 11.1 GB/s), keep posix and cma ahead of it when
+     * they are enabled too. With UCP's copy bandwidth per CPU vendor (Intel
+     * 5.8 GB/s, AMD 5.0) these put the rendezvous threshold at 58 and
+     * 43 KB, where rendezvous is the faster protocol (docs/performance.md).
+     */
     num_qps = iface->vqp_params.num_qps;
     if (dev_attr.link == VQP_DEV_LINK_SW) {
         attr->latency             = ucs_linear_func_make(1e-6, 0);
-        attr->bandwidth.dedicated = 10e9;
+        attr->bandwidth.dedicated = 11e9;
         attr->bandwidth.shared    = 0;
         attr->overhead            = 200e-9;
         attr->priority            = 0;

@@ -66,15 +66,28 @@ void vqp_sw_shm_name(char *buf, size_t len, uint32_t uid, uint32_t pid,
     snprintf(buf, len, "/%s%u-%u", prefix, pid, instance);
 }
 
-void vqp_sw_lock(vqp_sw_shm_t *shm)
+/* True when @a ret (of a lock or trylock) means the caller holds it. A peer
+ * that died holding the lock leaves it inconsistent, not held: every
+ * critical section leaves shared state valid at each store. */
+static bool vqp_sw_lock_taken(vqp_sw_shm_t *shm, int ret)
 {
-    /* A peer that died holding the lock leaves it inconsistent, not held:
-     * every critical section leaves shared state valid at each store. */
-    if (pthread_mutex_lock(&shm->lock) == EOWNERDEAD) {
+    if (ret == EOWNERDEAD) {
         ucs_debug("vqp_sw: lock of pid %u recovered from a dead holder",
                   shm->pid);
         pthread_mutex_consistent(&shm->lock);
+        return true;
     }
+    return ret == 0;
+}
+
+void vqp_sw_lock(vqp_sw_shm_t *shm)
+{
+    vqp_sw_lock_taken(shm, pthread_mutex_lock(&shm->lock));
+}
+
+bool vqp_sw_trylock(vqp_sw_shm_t *shm)
+{
+    return vqp_sw_lock_taken(shm, pthread_mutex_trylock(&shm->lock));
 }
 
 void vqp_sw_unlock(vqp_sw_shm_t *shm)

@@ -299,7 +299,7 @@ typedef enum vqp_sw_stall {
     VQP_SW_STALL_NONE,
     VQP_SW_STALL_RNR,   /* no receive WQE at the peer */
     VQP_SW_STALL_RETRY, /* no response: peer gone or not connected */
-    VQP_SW_STALL_BUSY,  /* peer's inbound ring full: backpressure */
+    VQP_SW_STALL_BUSY,  /* peer's inbound ring full or lock held */
     VQP_SW_STALL_DELAY  /* injected placement delay */
 } vqp_sw_stall_t;
 
@@ -433,6 +433,11 @@ bool vqp_sw_peer_check(vqp_sw_peer_t *peer);
  * (a peer in this process is alive while mapped). */
 bool vqp_sw_peer_alive(vqp_sw_peer_t *peer, uint32_t self_pid);
 void vqp_sw_lock(vqp_sw_shm_t *shm);
+/* False when another process holds the lock. Depositors use this, never
+ * vqp_sw_lock: on oversubscribed cores a holder is often descheduled inside
+ * its short critical section, and a waiter that sleeps behind it stalls
+ * its own process's progress (and so its peers') for whole time slices. */
+bool vqp_sw_trylock(vqp_sw_shm_t *shm);
 void vqp_sw_unlock(vqp_sw_shm_t *shm);
 void *vqp_sw_arena_alloc(vqp_sw_dev_t *dev, size_t size, size_t *pages_p,
                          uint64_t *off_p);
@@ -620,7 +625,7 @@ typedef enum vqp_sw_resp_status {
     VQP_SW_RESP_OK,
     VQP_SW_RESP_RNR,
     VQP_SW_RESP_NO_ACK,   /* peer QP absent/not connected: retry */
-    VQP_SW_RESP_BUSY,     /* inbound ring full */
+    VQP_SW_RESP_BUSY,     /* inbound ring full or its lock held */
     VQP_SW_RESP_LOC_PROT, /* our gather list invalid */
     VQP_SW_RESP_REM_ACCESS,
     VQP_SW_RESP_REM_INVAL, /* receive too small */

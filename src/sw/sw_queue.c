@@ -341,7 +341,9 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
     qp->rq_max_sge  = attr->max_recv_sge;
     qp->dbrec[0]    = 0;
     qp->dbrec[1]    = 0;
-    vqp_sw_lock(dev->shm);
+    /* Without the segment's lock: the slot stays in RESET, where no peer
+     * acts on it (they read the state first, acquire), and destroy left no
+     * depositor inside it. */
     memset(sq, 0, sizeof(*sq));
     sq->state      = IBV_QPS_RESET;
     sq->srq_index  = attr->srq ? attr->srq->index : VQP_SW_NO_SRQ;
@@ -351,8 +353,7 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
     sq->rq_off     = rq_off;
     sq->type       = type;
     sq->qpn        = qp->qpn;
-    vqp_sw_unlock(dev->shm);
-    qp->ud = (type == VQP_SW_QPT_UD);
+    qp->ud         = (type == VQP_SW_QPT_UD);
     ++qp->send_cq->refs;
     ++qp->recv_cq->refs;
     if (qp->srq != NULL) {
@@ -472,18 +473,22 @@ enum ibv_qp_state vqp_sw_qp_state(const vqp_sw_qp_t *qp)
                                               __ATOMIC_ACQUIRE);
 }
 
+/* The attributes peers read were stored before: they load the state with
+ * acquire. Only ERR takes the segment's lock (peers stop consuming the RQ
+ * at a known index); INIT, RTR, RTS and SQE change nothing a depositor
+ * inside its critical section relies on, and a create or connect must not
+ * wait behind a depositor that was descheduled holding the lock. */
 static void vqp_sw_qp_set_state(vqp_sw_qp_t *qp, enum ibv_qp_state state)
 {
-    vqp_sw_lock(qp->dev->shm);
-    if (state == IBV_QPS_ERR) {
-        /* Peers stop consuming our RQ now: flush from here on. */
-        qp->rq_flush_ci = (uint16_t)qp->shm->rq_ci;
+    if (state != IBV_QPS_ERR) {
+        __atomic_store_n(&qp->shm->state, state, __ATOMIC_RELEASE);
+        return;
     }
+    vqp_sw_lock(qp->dev->shm);
+    qp->rq_flush_ci = (uint16_t)qp->shm->rq_ci; /* flush from here on */
     __atomic_store_n(&qp->shm->state, state, __ATOMIC_RELEASE);
     vqp_sw_unlock(qp->dev->shm);
-    if (state == IBV_QPS_ERR) {
-        qp->dev->scan[qp->list_pos].idle |= VQP_SW_SCAN_ERR;
-    }
+    qp->dev->scan[qp->list_pos].idle |= VQP_SW_SCAN_ERR;
 }
 
 void vqp_sw_qp_set_sqe(vqp_sw_qp_t *qp)

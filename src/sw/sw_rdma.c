@@ -140,7 +140,9 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     riov.iov_len  = size;
     /* Atomic among all device atomics on the target: its lock serialises
      * the read-modify-write. Remote memory holds host byte order. */
-    vqp_sw_lock(qp->peer->shm);
+    if (!vqp_sw_trylock(qp->peer->shm)) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
+    }
     err = vqp_sw_xfer(qp->peer->pid, false, &liov, 1, &riov, 1);
     if (err == 0) {
         if (size == 4) {

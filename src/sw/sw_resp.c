@@ -499,8 +499,11 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     }
     pshm = qp->peer->shm;
     /* One lock per target: RQ/SRQ consumption and ring reservation are
-     * atomic with respect to other requesters and the owner's state. */
-    vqp_sw_lock(pshm);
+     * atomic with respect to other requesters and the owner's state. Held
+     * by another process: backpressure, as a full ring (vqp_sw_trylock). */
+    if (!vqp_sw_trylock(pshm)) {
+        return VQP_SW_RESP_BUSY;
+    }
     tqp = vqp_sw_peer_qp(qp);
     if (tqp == NULL) {
         status = VQP_SW_RESP_NO_ACK;
@@ -629,7 +632,9 @@ unsigned vqp_sw_resp_deliver_run(vqp_sw_qp_t *qp, const vqp_sw_run_t *run)
         return 0;
     }
     pshm = qp->peer->shm;
-    vqp_sw_lock(pshm);
+    if (!vqp_sw_trylock(pshm)) {
+        return 0; /* the ordinary path stalls on the busy lock */
+    }
     tqp = vqp_sw_peer_qp(qp);
     if (tqp == NULL) {
         goto out;

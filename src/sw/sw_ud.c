@@ -130,13 +130,12 @@ static void vqp_sw_ud_grh(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
     memcpy(grh->dgid.raw, av->rgid, sizeof(grh->dgid.raw));
 }
 
-/* One copy of the datagram to (@a dst, @a dqpn). False if it was dropped
- * (@a why_p says why); true once the target consumed a receive for it,
- * also when that receive completes in error. */
+/* One copy of the datagram to QP @a dqpn of @a peer, whose lock the caller
+ * holds. False if it was dropped (@a why_p says why); true once the target
+ * consumed a receive for it, also when that receive completes in error. */
 static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
-                              const struct mlx5_wqe_av *av,
-                              const vqp_sw_dev_addr_t *dst, uint32_t dqpn,
-                              uint32_t qkey, const char **why_p)
+                              const struct mlx5_wqe_av *av, vqp_sw_peer_t *peer,
+                              uint32_t dqpn, uint32_t qkey, const char **why_p)
 {
     struct iovec liov[VQP_SW_MAX_SGE + 2], riov[VQP_SW_MAX_SGE];
     const struct mlx5_wqe_data_seg *segs = NULL;
@@ -145,25 +144,17 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
     const char *why      = NULL;
     uint16_t wqe_counter = 0;
     uint32_t cursor      = 0, state, imm;
+    vqp_sw_shm_t *pshm   = peer->shm;
     vqp_sw_shm_qp_t *tqp;
-    vqp_sw_peer_t *peer;
-    vqp_sw_shm_t *pshm;
     struct ibv_grh grh;
     bool delivered = false;
     uint8_t synd, cqe_op;
     int err;
 
-    peer = vqp_sw_ud_peer(qp, dst);
-    if (peer == NULL) {
-        *why_p = "no such device";
+    if (peer->dead) {
+        *why_p = "process gone";
         return false;
     }
-    if (!vqp_sw_peer_alive(peer, qp->dev->pid)) {
-        *why_p = "device closed or its process gone";
-        return false;
-    }
-    pshm = peer->shm;
-    vqp_sw_lock(pshm);
     tqp   = &pshm->qp[dqpn & (VQP_SW_MAX_QP - 1)];
     state = __atomic_load_n(&tqp->state, __ATOMIC_ACQUIRE);
     if ((tqp->qpn != dqpn) || (tqp->type != VQP_SW_QPT_UD) ||
@@ -234,7 +225,6 @@ static bool vqp_sw_ud_deliver(vqp_sw_qp_t *qp, const vqp_sw_wqe_t *w,
         delivered = true;
     }
 out:
-    vqp_sw_unlock(pshm);
     *why_p = why;
     return delivered;
 }
@@ -244,9 +234,10 @@ vqp_sw_req_result_t vqp_sw_ud_send(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     const struct mlx5_wqe_datagram_seg *dg = (const void *)(w->base + 16);
     struct mlx5_wqe_av av;
     vqp_sw_dev_addr_t dst;
-    const char *why = NULL;
+    const char *why = NULL, *drop_why;
     unsigned bad    = 0, copies, i;
     uint32_t dqpn   = 0, qkey;
+    vqp_sw_peer_t *peer;
     uint8_t synd;
 
     if ((w->opcode != MLX5_OPCODE_SEND) &&
@@ -286,8 +277,21 @@ vqp_sw_req_result_t vqp_sw_ud_send(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
                                     bad, w->lkey[bad], w->iov[bad].iov_base,
                                     w->iov[bad].iov_len, why);
     }
+    /* The target's lock before any fault draw: when another process holds
+     * it, this WQE is retried whole on the next call (vqp_sw_trylock). */
+    peer = vqp_sw_ud_peer(qp, &dst);
+    if (peer == NULL) {
+        why = "no such device";
+    } else if (!vqp_sw_peer_alive(peer, qp->dev->pid)) {
+        why = "device closed or its process gone";
+    } else if (!vqp_sw_trylock(peer->shm)) {
+        return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
+    }
     synd = vqp_sw_fault_wqe(qp->dev, qp, qp->sq_ci);
     if (synd != 0) {
+        if (why == NULL) {
+            vqp_sw_unlock(peer->shm);
+        }
         ucs_debug("vqp_sw %s: UD QP 0x%x WQE %u: injected syndrome 0x%x",
                   qp->dev->name, qp->qpn, qp->sq_ci, synd);
         return vqp_sw_req_fail(qp, w, synd);
@@ -306,13 +310,19 @@ vqp_sw_req_result_t vqp_sw_ud_send(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
         ++qp->shm->ud_dropped;
     }
     for (i = 0; i < copies; ++i) {
-        if (!vqp_sw_ud_deliver(qp, w, &av, &dst, dqpn, qkey, &why)) {
-            ucs_debug("vqp_sw %s: UD QP 0x%x WQE %u: datagram to %u:%u QP "
-                      "0x%x dropped: %s",
-                      qp->dev->name, qp->qpn, qp->sq_ci, dst.pid, dst.instance,
-                      dqpn, why);
-            ++qp->shm->ud_dropped;
+        drop_why = why;
+        if ((why == NULL) &&
+            vqp_sw_ud_deliver(qp, w, &av, peer, dqpn, qkey, &drop_why)) {
+            continue;
         }
+        ucs_debug("vqp_sw %s: UD QP 0x%x WQE %u: datagram to %u:%u QP 0x%x "
+                  "dropped: %s",
+                  qp->dev->name, qp->qpn, qp->sq_ci, dst.pid, dst.instance,
+                  dqpn, drop_why);
+        ++qp->shm->ud_dropped;
+    }
+    if (why == NULL) {
+        vqp_sw_unlock(peer->shm);
     }
     if (w->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) {
         vqp_sw_cqe_req(qp, qp->sq_ci, w->opcode, (uint32_t)w->len);

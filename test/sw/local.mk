@@ -4,7 +4,8 @@ if HAVE_CMOCKA
 sw_test_cflags = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 sw_test_ldadd  = src/sw/libvqp_sw.la $(CMOCKA_LIBS) $(UCX_LIBS)
 
-noinst_HEADERS += test/sw/sw_test_util.h test/sw/sw_test_fx.h
+noinst_HEADERS += test/sw/sw_test_util.h test/sw/sw_test_fx.h \
+	test/sw/sw_test_lock.h
 
 check_PROGRAMS += test/sw/test_sw_ops
 test_sw_test_sw_ops_SOURCES = test/sw/test_sw_ops.c

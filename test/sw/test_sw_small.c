@@ -6,12 +6,14 @@
  * and two processes, inline and gather), scatter over several receive
  * SGEs, the threshold, SRQ, RNR, local length errors, the receiver's own
  * re-check, placement order against later WRITEs and large SENDs on the
- * same QP, and a dead (unreaped) peer.
+ * same QP, and a dead (unreaped) peer; and SENDs and an atomic against a
+ * target whose segment lock another holder keeps.
  */
 #include <config.h>
 
 #include "sw_test_util.h"
 
+#include "sw_test_lock.h"
 #include "sw/sw_int.h" /* VQP_SW_SMALL_SEND */
 
 #include <stdarg.h>
@@ -1323,6 +1325,91 @@ static void test_stage_two_producers(void **state)
     free(s.buf);
 }
 
+/* The target's segment lock held elsewhere (a peer process descheduled in
+ * its critical section): SENDs of each route (in the record, staged,
+ * transferred by the requester) and an atomic wait as
+ * backpressure, with no retry, RNR wait or error counted; the target's own
+ * QP creation and connection do not wait for the lock; once it is free all
+ * complete in posting order with their data. */
+static void test_target_lock_held(void **state)
+{
+    const uint32_t large = 4 * VQP_SW_SMALL_SEND + 100;
+    const uint32_t huge  = VQP_SW_STAGE_SEND + 100;
+    sw_test_lock_holder_t holder;
+    uint16_t w_small, w_large, w_huge, w_atomic;
+    struct mlx5_cqe64 cqe;
+    vqp_sw_qp_counters_t c;
+    sw_test_qp_t extra;
+    uint64_t *remote, *result;
+    sw_test_qp_t *q;
+    sm_t m;
+
+    (void)state;
+    assert_int_equal(sm_init(&m, false, 7), 0);
+    q       = &m.qp[0];
+    remote  = (uint64_t *)(m.buf[1] + BUF - 64);
+    result  = (uint64_t *)(m.buf[0] + BUF - 64);
+    *remote = 40;
+    fill(m.buf[0], huge, 5);
+    sm_recv1(&m, 0, 64);
+    sm_recv1(&m, 4096, large);
+    sm_recv1(&m, 8192, huge);
+
+    assert_int_equal(sw_test_lock_hold(&holder, m.devs[1]), 0);
+    w_small = sm_send(&m, MLX5_OPCODE_SEND, 0, 32, 0, false);
+    w_large = sm_send(&m, MLX5_OPCODE_SEND, 0, large, 0, false);
+    w_huge  = sm_send(&m, MLX5_OPCODE_SEND, 0, huge, 0, false);
+    sw_test_ctrl(q, MLX5_OPCODE_ATOMIC_FA, 4, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+    sw_test_raddr(q, 1, (uintptr_t)remote, m.rkey[1]);
+    sw_test_atomic(q, 2, 2, 0);
+    sw_test_dseg(q, 3, result, 8, m.lkey[0]);
+    w_atomic = sw_test_ring(q, 4);
+    assert_int_equal(sw_test_poll(m.devs, 2, &m.scq[0], &cqe, 200), -1);
+    assert_int_equal(sw_test_poll(m.devs, 2, &m.rcq[1], &cqe, 10), -1);
+    assert_true(all_sent(m.buf[1], 64));
+    assert_int_equal(*remote, 40);
+    vqp_sw_qp_counters(q->qp, &c);
+    assert_int_equal(c.retries, 0);
+    assert_int_equal(c.rnr_retries, 0);
+    assert_int_equal(c.errors, 0);
+    assert_int_equal(vqp_sw_qp_state(q->qp), IBV_QPS_RTS);
+    /* The owner's control path: a new QP up to RTS. */
+    assert_int_equal(sw_test_qp_create(m.devs[1], &m.scq[1], &m.rcq[1], NULL,
+                                       16, 16, 0, &extra),
+                     UCS_OK);
+    assert_int_equal(sw_test_qp_connect(&extra, &m.addr[0], m.qp[0].qpn,
+                                        SW_TEST_ACCESS_ALL, 7, 3),
+                     UCS_OK);
+    sw_test_lock_release(&holder);
+
+    assert_int_equal(sm_poll(&m, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(be16toh(cqe.wqe_counter), w_small);
+    assert_int_equal(sm_poll(&m, 0, 0, &cqe), 0);
+    assert_int_equal(be16toh(cqe.wqe_counter), w_large);
+    assert_int_equal(sm_poll(&m, 0, 0, &cqe), 0);
+    assert_int_equal(be16toh(cqe.wqe_counter), w_huge);
+    assert_int_equal(sm_poll(&m, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(be16toh(cqe.wqe_counter), w_atomic);
+    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+    check_resp(&cqe, MLX5_CQE_RESP_SEND, 32, 0, 0, m.qp[0].qpn);
+    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+    check_resp(&cqe, MLX5_CQE_RESP_SEND, large, 1, 0, m.qp[0].qpn);
+    assert_int_equal(sm_poll(&m, 1, 1, &cqe), 0);
+    check_resp(&cqe, MLX5_CQE_RESP_SEND, huge, 2, 0, m.qp[0].qpn);
+    assert_memory_equal(m.buf[1], m.buf[0], 32);
+    assert_true(all_sent(m.buf[1] + 32, 32));
+    assert_memory_equal(m.buf[1] + 4096, m.buf[0], large);
+    assert_memory_equal(m.buf[1] + 8192, m.buf[0], huge);
+    assert_int_equal(*remote, 42);
+    assert_int_equal(be64toh(*result), 40);
+    vqp_sw_qp_counters(q->qp, &c);
+    assert_int_equal(c.retries + c.rnr_retries + c.errors, 0);
+    assert_int_equal(vqp_sw_qp_destroy(extra.qp), UCS_OK);
+    sm_fini(&m);
+}
+
 int main(void)
 {
     /* The tests step each device's engine themselves and look at what one
@@ -1349,6 +1436,7 @@ int main(void)
         cmocka_unit_test(test_stage_two_producers),
         cmocka_unit_test(test_small_opener_thread_gone),
         cmocka_unit_test(test_small_dead_peer),
+        cmocka_unit_test(test_target_lock_held),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,10 +7,13 @@
  * counts the drop); errors for a wrong opcode, a bad datagram segment, a
  * payload above the MTU, a bad lkey (QP to SQE, RQ still working, SQE ->
  * RTS), a receive too small (receiver's error CQE); the modify rules of UD;
- * ud_drop / ud_dup fault injection repeating exactly for a seed.
+ * ud_drop / ud_dup fault injection repeating exactly for a seed; a
+ * destination whose segment lock is held elsewhere (the datagram waits, is
+ * neither dropped nor lost).
  */
 #include <config.h>
 
+#include "sw_test_lock.h"
 #include "sw_test_util.h"
 
 #include <stdarg.h>
@@ -993,6 +996,31 @@ static void test_fault_drop_dup(void **state)
     assert_int_equal(vqp_sw_dev_set_faults(u->devs[0], NULL), UCS_OK);
 }
 
+/* The destination's segment lock held elsewhere (a peer process
+ * descheduled inside its critical section): the datagram waits in the send
+ * queue, neither dropped nor completed, and arrives once the lock is free;
+ * the next one goes through at once. */
+static void test_dest_lock_held(void **state)
+{
+    ud_pair_t *u = *state;
+    sw_test_lock_holder_t holder;
+
+    ud_post_recvs(&u->s[1], 2, RBUF);
+    assert_int_equal(sw_test_lock_hold(&holder, u->s[1].dev), 0);
+    pair_send(u, 0, 1, QKEY, 100, 1);
+    assert_true(ud_cq_quiet(u->devs, 2, &u->s[0].scq));
+    assert_true(ud_cq_quiet(u->devs, 2, &u->s[1].rcq));
+    assert_int_equal(ud_dropped(&u->s[0]), 0);
+    sw_test_lock_release(&holder);
+    pair_expect_req(u, 0, 0);
+    pair_expect_recv(u, 0, 1, 100, 1);
+    pair_send(u, 0, 1, QKEY, 200, 2);
+    pair_expect_req(u, 0, 0);
+    pair_expect_recv(u, 0, 1, 200, 2);
+    assert_int_equal(ud_dropped(&u->s[0]), 0);
+    assert_int_equal(out_of_buffer(&u->s[1]), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1006,6 +1034,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recv_too_small, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(test_modify_rules, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(test_dest_lock_held, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(test_fault_drop_dup, pair_setup,
                                         pair_teardown),
