@@ -180,14 +180,21 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
  * syscall-bound). Conservative: the run ends before any WQE that is not an
  * unwrapped, well-formed RDMA_WRITE with valid keys, and a failed transfer
  * completes nothing; the one-by-one path then executes or reports that WQE
- * exactly (rewriting the same bytes is harmless). Returns WQEs completed.
+ * exactly (rewriting the same bytes is harmless). Remote ranges that
+ * continue the previous one join its iovec, and a WRITE of exactly the
+ * previous WQE's range replaces that WQE's data: the kernel pins pages per
+ * remote iovec, which is most of the cost of small writes, and the run
+ * completes as a whole, so no CQE can order a reader between the two (as
+ * on a NIC, where a reader may see either). Returns WQEs completed.
  */
 unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
 {
     struct iovec riov[VQP_SW_RUN_MAX];
+    unsigned i, nr = 0, nl = 0, last_l = 0;
+    bool last_alone = false;
     vqp_sw_shm_qp_t *tqp;
+    uint64_t raddr, len;
     vqp_sw_run_t run;
-    unsigned i, nr = 0, nl = 0;
 
     tqp = vqp_sw_peer_qp(qp);
     if ((tqp == NULL) || !(tqp->access & IBV_ACCESS_REMOTE_WRITE) ||
@@ -206,10 +213,32 @@ unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
             vqp_sw_small_conflict(qp, run.ent[i].raddr, run.ent[i].len)) {
             break;
         }
-        riov[nr].iov_base = (void *)(uintptr_t)run.ent[i].raddr;
-        riov[nr].iov_len  = run.ent[i].len;
-        ++nr;
-        nl = run.ent[i].liov_first + run.ent[i].liov_cnt;
+        raddr = run.ent[i].raddr;
+        len   = run.ent[i].len;
+        if (last_alone && ((uintptr_t)riov[nr - 1].iov_base == raddr) &&
+            (riov[nr - 1].iov_len == len)) {
+            --nr; /* the same bytes again: this WQE's data replaces them */
+            nl = last_l;
+        }
+        if ((nr > 0) &&
+            ((uintptr_t)riov[nr - 1].iov_base + riov[nr - 1].iov_len ==
+             raddr)) {
+            riov[nr - 1].iov_len += len;
+            last_alone = false;
+        } else {
+            riov[nr].iov_base = (void *)(uintptr_t)raddr;
+            riov[nr].iov_len  = len;
+            ++nr;
+            last_alone = true;
+        }
+        /* Local iovecs in the order of the remote bytes, those of replaced
+         * WQEs left out (compacted in place: nl never passes a source). */
+        last_l = nl;
+        if (run.ent[i].liov_first != nl) {
+            memmove(&run.liov[nl], &run.liov[run.ent[i].liov_first],
+                    run.ent[i].liov_cnt * sizeof(run.liov[0]));
+        }
+        nl += run.ent[i].liov_cnt;
     }
     /* A run with nothing to move still needs a live responder: leave it to
      * the one-by-one path, which waits for the acknowledgement. */

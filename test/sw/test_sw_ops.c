@@ -198,6 +198,61 @@ static void test_write_gather_inline_zero(void **state)
     assert_int_equal(be32toh(cqe.byte_cnt), 0);
 }
 
+/* A run of WRITEs posted together: remote ranges that continue the previous
+ * one, the same range written again (directly after, after a zero-length
+ * WRITE, after an adjacent one), an inline one replaced by a gathered one.
+ * Every WQE completes in order and counts; memory holds the last data
+ * written to each byte. */
+static void test_write_run_merge(void **state)
+{
+    static const char *const data[] = {
+        "AAAAAAAA", "BBBBBBBB", "CCCCCCCC", "EEEEEEEE",
+        "FFFFFFFF", "GG",       "HHHHHH",   "IIIIIIIIIIIIIIII"};
+    fx_t *f          = *state;
+    sw_test_qp_t *q  = &f->qp[0];
+    const char inl[] = "DDDDDDDD";
+    uint16_t idx[9];
+    struct mlx5_cqe64 cqe;
+    vqp_sw_qp_counters_t c;
+    unsigned i, units;
+
+    for (i = 0; i < 8; ++i) {
+        memcpy(f->buf[0] + 100 * i, data[i], strlen(data[i]));
+    }
+    idx[0] = fx_write(f, 0, 0, 1000, 8, CU);           /* A at 1000 */
+    idx[1] = fx_write(f, 0, 100, 1008, 8, CU);         /* B continues it */
+    idx[2] = fx_write(f, 0, 200, 1008, 8, CU);         /* C over B (joined) */
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 0, CU, 0); /* D inline, 3000 */
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1] + 3000, f->rkey[1]);
+    units = sw_test_inline(q, 2, inl, 8);
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 2 + units, CU, 0);
+    idx[3] = sw_test_ring(q, 2 + units);
+    idx[4] = fx_write(f, 0, 300, 3000, 8, CU);         /* E replaces D */
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 2, CU, 0); /* zero length */
+    sw_test_raddr(q, 1, 0, 0);
+    idx[5] = sw_test_ring(q, 2);
+    idx[6] = fx_write(f, 0, 400, 3000, 8, CU);         /* F replaces E */
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 4, CU, 0); /* GG HHHHHH after F */
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1] + 3008, f->rkey[1]);
+    sw_test_dseg(q, 2, f->buf[0] + 500, 2, f->lkey[0]);
+    sw_test_dseg(q, 3, f->buf[0] + 600, 6, f->lkey[0]);
+    idx[7] = sw_test_ring(q, 4);
+    idx[8] = fx_write(f, 0, 700, 2000, 16, CU); /* I elsewhere */
+    for (i = 0; i < 9; ++i) {
+        assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+        assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+        assert_int_equal(be16toh(cqe.wqe_counter), idx[i]);
+    }
+    assert_memory_equal(f->buf[1] + 1000, "AAAAAAAACCCCCCCC", 16);
+    assert_memory_equal(f->buf[1] + 3000, "FFFFFFFFGGHHHHHH", 16);
+    assert_memory_equal(f->buf[1] + 2000, data[7], 16);
+    assert_int_equal(f->buf[1][999], f->buf[1][1016]); /* nothing around */
+    assert_int_equal(f->buf[1][2999], f->buf[1][3016]);
+    vqp_sw_qp_counters(q->qp, &c);
+    assert_int_equal(c.wqes, 9);
+    assert_int_equal(c.bytes, 7 * 8 + 16);
+}
+
 /* Inline and data segments mixed in one gather list, in any order (UCX's
  * AM zcopy: inline header, then data segments); inline bytes count
  * against max_inline together. */
@@ -800,6 +855,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_write_gather_inline_zero, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_write_run_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_gather, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_variants, setup, teardown),
