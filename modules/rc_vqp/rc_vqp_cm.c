@@ -497,13 +497,12 @@ static void uct_rc_vqp_cm_handle_mra(uct_rc_vqp_iface_t *iface,
     if ((int64_t)(deadline - conn->deadline) > 0) {
         conn->deadline = deadline;
     }
-    /* As IB CM's MRA: the REQ arrived, so stop resending it at the retry
-     * pace. Each copy would take a receive of a peer that is not reposting
-     * them (31 requesters once a second ran a busy rank's queue dry, and
-     * then every REQ was dropped, unanswered until the timeout). One REQ
-     * half way to the new deadline still gets the next MRA in time, and
-     * the REP if the first one was lost. */
-    next = now + uct_rc_vqp_cm_ns(cm->timeout / 2);
+    /* As IB CM's MRA: the REQ arrived, so resend it at half the retry
+     * pace. Each copy takes a receive of a peer that is not reposting them
+     * (31 requesters once a second ran a busy rank's queue dry). Not
+     * longer: the copy is also what recovers a lost REP (a hold of half a
+     * timeout, 15 s, made 20% of the 32-rank MPI runs wait 15 s for one). */
+    next = now + uct_rc_vqp_cm_ns(cm->mra_hold);
     if ((int64_t)(next - conn->next_send) > 0) {
         conn->next_send = next;
     }
@@ -1136,6 +1135,7 @@ ucs_status_t uct_rc_vqp_cm_init(uct_rc_vqp_iface_t *iface, double timeout,
     /* Several REQs per timeout: each busy answer (MRA) moves the deadline
      * by a timeout, and the next must come before it passes. */
     cm->max_interval   = ucs_min(UCT_RC_VQP_CM_BACKOFF, timeout / 4);
+    cm->mra_hold       = ucs_min(2 * cm->max_interval, timeout / 2);
     cm->stall          = uct_rc_vqp_cm_ns(cm->max_interval);
     cm->keepalive      = ((keepalive > 0) && (keepalive < 1e9))
                              ? uct_rc_vqp_cm_ns(keepalive)

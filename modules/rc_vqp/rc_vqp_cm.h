@@ -109,6 +109,7 @@ typedef struct uct_rc_vqp_cm {
     uint64_t tx_done;
     double retry_interval; /* first REQ resend, doubling up to max */
     double max_interval;   /* 1 s, or a quarter of the timeout if less */
+    double mra_hold;       /* next REQ after an MRA: 2 max, <= timeout/2 */
     double timeout;        /* connect attempt limit, seconds */
     /* A gap between two progress calls longer than this is a stall of the
      * process: no REQ went out and no answer was read in it, so it does not

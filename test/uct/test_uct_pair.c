@@ -2229,8 +2229,9 @@ static void run_connect_busy(pair_t *p, const scenario_t *sc)
           "connected after %.2f s: the target was to be silent for %.1f s",
           t_conn, BUSY_TARGET_SEC);
     /* Each REQ that reached the busy target got an MRA; after one, the
-     * next REQ waits half a timeout (IB CM's MRA), not the retry pace
-     * (a quarter of the timeout here, 13 answers in 3 s). */
+     * next REQ waits two retry intervals, at most half a timeout (here
+     * half: 0.5 s), not the retry pace (a quarter of the timeout here, 13
+     * answers in 3 s). */
     CHECK((busy_answers >= 1) &&
               (busy_answers <= (int)(BUSY_TARGET_SEC / (limit / 2)) + 2),
           "%d busy answers (MRA) in %.1f s, timeout %.1f s: the requester "
