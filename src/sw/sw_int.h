@@ -326,7 +326,11 @@ struct vqp_sw_qp {
     vqp_sw_stall_t stall;
     uint64_t stall_until; /* ns, CLOCK_MONOTONIC */
     unsigned stall_count; /* retries of the head WQE so far */
-    uint32_t delayed_wqe; /* index already delayed, or > 0xffff */
+    /* Fault injection's decisions for WQE drawn_wqe (> 0xffff: none yet),
+     * kept across its retries (vqp_sw_req_faults). */
+    uint32_t drawn_wqe;
+    uint8_t drawn_synd;
+    bool drawn_delay;
     /* Receive buffers of small SENDs whose payload the target has not
      * placed yet, oldest first: until the target's ring tail passes seq, a
      * later operation of this QP touching [lo, hi) of the target waits

@@ -328,19 +328,19 @@ static ucs_status_t vqp_sw_qp_create_type(vqp_sw_dev_t *dev,
     qp->dev        = dev;
     qp->index      = i;
     qp->qpn        = (gen << VQP_SW_QP_BITS) | i;
-    qp->shm = sq    = &dev->shm->qp[i];
-    qp->dbrec       = dev->shm->qp_dbrec[i];
-    qp->send_cq     = attr->send_cq;
-    qp->recv_cq     = attr->recv_cq;
-    qp->srq         = attr->srq;
-    qp->max_inline  = attr->max_inline_data;
-    qp->delayed_wqe = UINT32_MAX;
-    qp->rq_buf      = rq_buf;
-    qp->rq_wqe_cnt  = rq_cnt;
-    qp->rq_stride   = rq_stride;
-    qp->rq_max_sge  = attr->max_recv_sge;
-    qp->dbrec[0]    = 0;
-    qp->dbrec[1]    = 0;
+    qp->shm = sq   = &dev->shm->qp[i];
+    qp->dbrec      = dev->shm->qp_dbrec[i];
+    qp->send_cq    = attr->send_cq;
+    qp->recv_cq    = attr->recv_cq;
+    qp->srq        = attr->srq;
+    qp->max_inline = attr->max_inline_data;
+    qp->drawn_wqe  = UINT32_MAX;
+    qp->rq_buf     = rq_buf;
+    qp->rq_wqe_cnt = rq_cnt;
+    qp->rq_stride  = rq_stride;
+    qp->rq_max_sge = attr->max_recv_sge;
+    qp->dbrec[0]   = 0;
+    qp->dbrec[1]   = 0;
     /* Without the segment's lock: the slot stays in RESET, where no peer
      * acts on it (they read the state first, acquire), and destroy left no
      * depositor inside it. */
@@ -524,7 +524,7 @@ static void vqp_sw_qp_reset(vqp_sw_qp_t *qp)
     qp->n_small     = 0;
     qp->stall       = VQP_SW_STALL_NONE;
     qp->stall_count = 0;
-    qp->delayed_wqe = UINT32_MAX;
+    qp->drawn_wqe   = UINT32_MAX;
     /* Idle again at doorbell 0, not flushing. */
     qp->dev->scan[qp->list_pos].idle = 0;
     vqp_sw_peer_put(qp->dev, qp->peer);

@@ -188,6 +188,39 @@ static vqp_sw_req_result_t vqp_sw_req_two_sided(vqp_sw_qp_t *qp,
     }
 }
 
+/* Fault injection's decisions for the WQE at sq_ci (an injected error, a
+ * placement delay), drawn once per WQE and kept while it is retried after a
+ * stall (RNR, a busy target, a full ring): a retry is the same WQE, so it
+ * neither gets another chance to fail nor shifts the seed's sequence by how
+ * often the timing made it wait. Returns VQP_SW_REQ_DONE to execute it. */
+static vqp_sw_req_result_t vqp_sw_req_faults(vqp_sw_qp_t *qp,
+                                             const vqp_sw_wqe_t *w)
+{
+    vqp_sw_fault_t *f = &qp->dev->fault;
+    uint8_t synd;
+
+    if (qp->drawn_wqe != qp->sq_ci) {
+        qp->drawn_wqe   = qp->sq_ci;
+        qp->drawn_synd  = vqp_sw_fault_wqe(qp->dev, qp, qp->sq_ci);
+        qp->drawn_delay = (qp->drawn_synd == 0) && (f->delay_us > 0) &&
+                          (vqp_sw_fault_rand(f) < f->delay_prob);
+    }
+    if (qp->drawn_synd != 0) {
+        synd          = qp->drawn_synd;
+        qp->drawn_wqe = UINT32_MAX;
+        ucs_debug("vqp_sw %s: QP 0x%x WQE %u: injected syndrome 0x%x",
+                  qp->dev->name, qp->qpn, qp->sq_ci, synd);
+        return vqp_sw_req_fail(qp, w, synd);
+    }
+    if (qp->drawn_delay) {
+        qp->drawn_delay = false; /* once: the retry after it executes */
+        qp->stall       = VQP_SW_STALL_DELAY;
+        qp->stall_until = vqp_sw_now_ns() + f->delay_us * 1000ull;
+        return VQP_SW_REQ_STALL;
+    }
+    return VQP_SW_REQ_DONE;
+}
+
 /* Parse and check the WQE at sq_ci, then execute it. */
 static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
                                           uint8_t *copy)
@@ -204,7 +237,6 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     vqp_sw_wqe_t w;
     const char *why = NULL;
     unsigned bad    = 0, i;
-    uint8_t synd;
 
     first_bb = qp->sq_ci & mask;
     ctrl     = (const void *)(qp->sq_buf + (size_t)first_bb * VQP_SW_BB);
@@ -378,18 +410,11 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
                                     bad, w.lkey[bad], w.iov[bad].iov_base,
                                     w.iov[bad].iov_len, why);
     }
-    synd = vqp_sw_fault_wqe(qp->dev, qp, qp->sq_ci);
-    if (synd != 0) {
-        ucs_debug("vqp_sw %s: QP 0x%x WQE %u: injected syndrome 0x%x",
-                  qp->dev->name, qp->qpn, qp->sq_ci, synd);
-        return vqp_sw_req_fail(qp, &w, synd);
-    }
-    if ((qp->dev->fault.delay_us > 0) && (qp->delayed_wqe != qp->sq_ci) &&
-        (vqp_sw_fault_rand(&qp->dev->fault) < qp->dev->fault.delay_prob)) {
-        qp->delayed_wqe = qp->sq_ci;
-        qp->stall       = VQP_SW_STALL_DELAY;
-        qp->stall_until = vqp_sw_now_ns() + qp->dev->fault.delay_us * 1000ull;
-        return VQP_SW_REQ_STALL;
+    if (ucs_unlikely(qp->dev->fault.enabled)) {
+        res = vqp_sw_req_faults(qp, &w);
+        if (res != VQP_SW_REQ_DONE) {
+            return res;
+        }
     }
     /* Fence: earlier RDMA_READ/atomics of this QP must have completed.
      * They complete synchronously here, so the rule holds at this point. */
@@ -422,6 +447,7 @@ static vqp_sw_req_result_t vqp_sw_req_one(vqp_sw_qp_t *qp, uint16_t pi,
     qp->sq_ci += w.nbb;
     qp->stall       = VQP_SW_STALL_NONE;
     qp->stall_count = 0;
+    qp->drawn_wqe   = UINT32_MAX;
     return VQP_SW_REQ_DONE;
 }
 
@@ -503,6 +529,7 @@ void vqp_sw_req_run_complete(vqp_sw_qp_t *qp, const vqp_sw_run_t *run,
     qp->shm->wqes += n;
     qp->stall       = VQP_SW_STALL_NONE;
     qp->stall_count = 0;
+    qp->drawn_wqe   = UINT32_MAX;
 }
 
 /* A run of SEND/SEND_IMM delivered under one lock with one syscall. */

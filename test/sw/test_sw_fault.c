@@ -7,6 +7,7 @@
 #include <config.h>
 
 #include "sw_test_fx.h"
+#include "sw_test_lock.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,6 +168,68 @@ static void test_err_prob_deterministic(void **state)
     assert_memory_equal(a, b, sizeof(a));
 }
 
+/* A SEND from A to B, then NOPs, under err_prob and delays: out[0] is the
+ * SEND's syndrome (0: it succeeded), out[1] the index of the first NOP
+ * failed (UINT32_MAX: none in 300). With @a hold, another thread holds B's
+ * segment lock while A's engine runs 50 times: the SEND is retried after
+ * each busy stall. */
+static void run_drawn_once(uint64_t seed, int hold, unsigned out[2])
+{
+    sw_test_lock_holder_t holder;
+    struct mlx5_cqe64 cqe;
+    char spec[96];
+    unsigned i;
+    fx_t f;
+
+    assert_int_equal(fx_init(&f, 64, 8, 7, 2), 0);
+    snprintf(spec, sizeof(spec),
+             "seed=%lu,err_prob=0.3,delay_us=1,delay_prob=0.5",
+             (unsigned long)seed);
+    assert_int_equal(vqp_sw_dev_set_faults(f.devs[0], spec), UCS_OK);
+    sw_test_post_recv(&f.qp[1], f.buf[1], 64, f.lkey[1]);
+    if (hold) {
+        assert_int_equal(sw_test_lock_hold(&holder, f.devs[1]), 0);
+    }
+    fx_send(&f, 0, MLX5_OPCODE_SEND, 0, 32, 0);
+    if (hold) {
+        for (i = 0; i < 50; ++i) {
+            vqp_sw_progress(f.devs[0]);
+        }
+        /* Still waiting for the lock, not failed: the first draw said so
+         * (the caller checks), and the retries did not draw again. */
+        assert_int_equal(f.qp[0].qp->stall, VQP_SW_STALL_BUSY);
+        assert_null(sw_test_cq_peek(&f.scq[0]));
+        sw_test_lock_release(&holder);
+    }
+    assert_int_equal(fx_poll(&f, 0, 0, &cqe), 0);
+    out[0] =
+        (sw_test_cqe_opcode(&cqe) == MLX5_CQE_REQ) ? 0 : sw_test_cqe_synd(&cqe);
+    out[1] = UINT32_MAX;
+    for (i = 0; (out[0] == 0) && (i < 300) && (out[1] == UINT32_MAX); ++i) {
+        fx_nop(&f, 0, CU);
+        assert_int_equal(fx_poll(&f, 0, 0, &cqe), 0);
+        if (sw_test_cqe_opcode(&cqe) == MLX5_CQE_REQ_ERR) {
+            out[1] = be16toh(cqe.wqe_counter);
+        }
+    }
+    fx_fini(&f);
+}
+
+/* Fault decisions are drawn once per WQE: a WQE retried after stalls gets
+ * the same fate, and the WQEs after it the same draws, as without them. */
+static void test_fault_drawn_once(void **state)
+{
+    unsigned plain[2], held[2];
+
+    (void)state;
+    run_drawn_once(11, 0, plain);
+    /* The seed's premise: its first WQE is not failed, a later one is. */
+    assert_int_equal(plain[0], 0);
+    assert_int_not_equal(plain[1], UINT32_MAX);
+    run_drawn_once(11, 1, held);
+    assert_memory_equal(plain, held, sizeof(plain));
+}
+
 /* Two QPs of one device share a CQ; returns the CQE order as qpn<<16|wqe. */
 static void run_reorder(uint64_t seed, double p, uint32_t *seq, unsigned n)
 {
@@ -271,6 +334,7 @@ int main(void)
         T(test_targeted_error),
         T(test_kill),
         cmocka_unit_test(test_err_prob_deterministic),
+        cmocka_unit_test(test_fault_drawn_once),
         cmocka_unit_test(test_reorder),
         T(test_delay),
     };
