@@ -5,13 +5,15 @@ rc_vqp_module_sources = \
 	modules/rc_vqp/rc_vqp_iface.c \
 	modules/rc_vqp/rc_vqp_ep.c \
 	modules/rc_vqp/rc_vqp_cm.c \
-	modules/rc_vqp/rc_vqp_event.c
+	modules/rc_vqp/rc_vqp_event.c \
+	modules/rc_vqp/rc_vqp_memcheck.c
 
 noinst_HEADERS += \
 	modules/rc_vqp/rc_vqp_abi.h \
 	modules/rc_vqp/rc_vqp_md.h \
 	modules/rc_vqp/rc_vqp_iface.h \
 	modules/rc_vqp/rc_vqp_cm.h \
+	modules/rc_vqp/rc_vqp_memcheck.h \
 	modules/rc_vqp/rc_vqp.h
 
 rc_vqp_module_ldflags = -module -avoid-version -shared -Wl,--no-undefined

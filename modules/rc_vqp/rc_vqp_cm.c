@@ -9,6 +9,7 @@
 #include <config.h>
 
 #include "rc_vqp.h"
+#include "rc_vqp_memcheck.h"
 
 #include <ucs/async/async.h>
 #include <ucs/datastruct/queue.h>
@@ -785,6 +786,7 @@ static unsigned uct_rc_vqp_cm_poll(uct_rc_vqp_iface_t *iface, int defer,
         if (status == UCS_OK) {
             len = vqp_mlx5_cqe_byte_cnt(cqe);
             msg = uct_rc_vqp_cm_rx_slot(cm, index) + VQP_DEV_UD_GRH_LEN;
+            UCT_RC_VQP_DEVICE_WROTE(msg - VQP_DEV_UD_GRH_LEN, len);
             if (len < VQP_DEV_UD_GRH_LEN) {
                 /* too short to carry anything */
             } else if (defer) {

@@ -10,6 +10,7 @@
 #include <config.h>
 
 #include "rc_vqp.h"
+#include "rc_vqp_memcheck.h"
 
 #include <ucs/datastruct/mpool.inl>
 #include <uct/base/uct_iov.inl>
@@ -152,6 +153,7 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
         uct_rc_vqp_iface_post_recv(iface, desc);
         return;
     }
+    UCT_RC_VQP_DEVICE_WROTE(data, wc->byte_len);
     ep->flags &= ~UCT_RC_VQP_EP_UNCONFIRMED; /* the active side is up */
     if (wc->flags & VQP_WC_WITH_IMM) {
         ep->fc_credits += wc->imm >> UCT_RC_VQP_IMM_CRED_SHIFT;
