@@ -12,6 +12,7 @@
 #include <uct/api/uct.h>
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -815,16 +816,23 @@ static int mem_events_off(void)
 
 static void registration_cache_no_events(void)
 {
+    char self[PATH_MAX];
+    ssize_t len;
     int status;
     pid_t pid;
 
+    /* The program's path, not /proc/self/exe itself: under valgrind that
+     * is valgrind's tool, which refuses to run, and readlink of it names
+     * the program. */
+    len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    CHECK(len > 0, "readlink /proc/self/exe: %m");
+    self[len] = '\0';
     fflush(stdout);
     pid = fork();
     CHECK(pid >= 0, "fork: %m");
     if (pid == 0) {
         setenv("UCX_MEM_EVENTS", "no", 1);
-        execl("/proc/self/exe", "test_uct_loopback", "--mem-events-off",
-              (char *)NULL);
+        execl(self, "test_uct_loopback", "--mem-events-off", (char *)NULL);
         _exit(127);
     }
     CHECK(waitpid(pid, &status, 0) == pid, "waitpid: %m");
