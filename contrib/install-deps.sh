@@ -2,13 +2,14 @@
 # Install what rc_vqp needs to build and test on Debian bookworm, from Debian's
 # own packages: UCX 1.13.1 (libraries, headers, ucx_info/ucx_perftest), the
 # UCX source package for internal headers (needs a deb-src line), rdma-core,
-# autotools, cmocka; Open MPI and NetPIPE for the MPI tests (make check-mpi).
+# autotools, cmocka, valgrind (make check-valgrind, make bench-core); Open MPI
+# and NetPIPE for the MPI tests (make check-mpi).
 # Idempotent; skips apt when everything is present.
 set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config dpkg-dev
       libucx-dev ucx-utils libibverbs-dev ibverbs-providers rdma-core
-      libnuma-dev libcmocka-dev clang-format
+      libnuma-dev libcmocka-dev clang-format valgrind
       openmpi-bin libopenmpi-dev netpipe-openmpi)
 
 missing=()

@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # The whole test suite: install dependencies, then build and run 'make check'
-# twice, normally and with ASan+UBSan. Ends with "N passed, N failed".
+# twice, normally and with ASan+UBSan, UCX's gtest over the module and the C
+# test programs under valgrind. Ends with "N passed, N failed".
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/contrib/install-deps.sh" || exit 1
 
 total_pass=0; total_fail=0; rc=0
+# Adds the automake summary in $dir/$log (a make target's output in $out)
+# to the totals, with the tails of the failed tests' logs.
+count_suite() { # name dir out log
+    local name=$1 dir=$2 out=$3 log=$4 p f t
+    grep -E '^(PASS|FAIL|XPASS|ERROR|SKIP):' "$out" || true
+    [ -f "$dir/$log" ] || { tail -30 "$out"; total_fail=$((total_fail + 1)); rc=1; return; }
+    for t in $(grep -lE '^(FAIL|ERROR|XPASS)' "$dir"/test/*/*.log 2>/dev/null); do
+        echo "---- $t"; tail -40 "$t"
+    done
+    p=$(sed -n 's/^# PASS: *//p' "$dir/$log")
+    f=$(( $(sed -n 's/^# FAIL: *//p' "$dir/$log") + $(sed -n 's/^# ERROR: *//p' "$dir/$log") + $(sed -n 's/^# XPASS: *//p' "$dir/$log") ))
+    echo "== $name: $p passed, $f failed"
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+}
 run_suite() { # name builddir configure-args...
     local name=$1 dir=$2; shift 2
     echo "== $name: build in $dir"
@@ -14,16 +29,7 @@ run_suite() { # name builddir configure-args...
     fi
     echo "== $name: make check"
     make -C "$dir" -j"$(nproc)" check >"$dir/check.out" 2>&1 || rc=1
-    grep -E '^(PASS|FAIL|XPASS|ERROR|SKIP):' "$dir/check.out" || true
-    [ -f "$dir/test-suite.log" ] || { tail -30 "$dir/check.out"; total_fail=$((total_fail + 1)); rc=1; return; }
-    for f in $(grep -lE '^(FAIL|ERROR|XPASS)' "$dir"/test/*/*.log 2>/dev/null); do
-        echo "---- $f"; tail -40 "$f"
-    done
-    local p f
-    p=$(sed -n 's/^# PASS: *//p' "$dir/test-suite.log")
-    f=$(( $(sed -n 's/^# FAIL: *//p' "$dir/test-suite.log") + $(sed -n 's/^# ERROR: *//p' "$dir/test-suite.log") + $(sed -n 's/^# XPASS: *//p' "$dir/test-suite.log") ))
-    echo "== $name: $p passed, $f failed"
-    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    count_suite "$name" "$dir" "$dir/check.out" test-suite.log
 }
 
 run_suite "default build" "$top/build-test"
@@ -45,6 +51,12 @@ if [ "${RC_VQP_SKIP_UCX_GTEST:-0}" != 1 ] && [ -f "$top/build-test/Makefile" ]; 
     fi
 fi
 
+# The C test programs again under valgrind's memcheck (about 4 minutes).
+if [ "${RC_VQP_SKIP_VALGRIND:-0}" != 1 ] && [ -f "$top/build-test/Makefile" ]; then
+    echo "== valgrind: make check-valgrind"
+    make -C "$top/build-test" -j"$(nproc)" check-valgrind >"$top/build-test/valgrind.out" 2>&1 || rc=1
+    count_suite "valgrind" "$top/build-test" "$top/build-test/valgrind.out" test-suite-valgrind.log
+fi
 run_suite "ASan+UBSan build" "$top/build-asan" --enable-asan
 
 if [ "${RC_VQP_SKIP_FORMAT:-0}" != 1 ]; then
