@@ -223,6 +223,7 @@ void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc)
     if (wc->wr_id & UCT_RC_VQP_WR_DESC) {
         desc = (void *)(uintptr_t)(wc->wr_id & ~UCT_RC_VQP_WR_DESC);
         if ((wc->status == UCS_OK) && (desc->unpack_cb != NULL)) {
+            UCT_RC_VQP_DEVICE_WROTE(desc + 1, desc->length);
             desc->unpack_cb(desc->unpack_arg, desc + 1, desc->length);
         }
         comp = desc->comp;

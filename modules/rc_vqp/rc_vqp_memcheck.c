@@ -11,28 +11,21 @@
 #endif
 #endif
 
+int uct_rc_vqp_memcheck; /* 0 without valgrind's headers: nothing to tell */
+
 #ifdef UCT_RC_VQP_HAVE_MEMCHECK
-
-int uct_rc_vqp_memcheck;
-
 static void __attribute__((constructor)) uct_rc_vqp_memcheck_init(void)
 {
     uct_rc_vqp_memcheck = RUNNING_ON_VALGRIND != 0;
 }
+#endif
 
 void uct_rc_vqp_memcheck_defined(const void *p, size_t n)
 {
+#ifdef UCT_RC_VQP_HAVE_MEMCHECK
     (void)VALGRIND_MAKE_MEM_DEFINED(p, n);
-}
-
-#else /* built without valgrind's headers: nothing to tell */
-
-int uct_rc_vqp_memcheck;
-
-void uct_rc_vqp_memcheck_defined(const void *p, size_t n)
-{
+#else
     (void)p;
     (void)n;
-}
-
 #endif
+}

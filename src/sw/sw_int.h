@@ -329,7 +329,6 @@ struct vqp_sw_qp {
     /* Fault injection's decisions for WQE drawn_wqe (> 0xffff: none yet),
      * kept across its retries (vqp_sw_req_faults). */
     uint32_t drawn_wqe;
-    uint8_t drawn_synd;
     bool drawn_delay;
     /* Receive buffers of small SENDs whose payload the target has not
      * placed yet, oldest first: until the target's ring tail passes seq, a

@@ -192,7 +192,9 @@ static vqp_sw_req_result_t vqp_sw_req_two_sided(vqp_sw_qp_t *qp,
  * placement delay), drawn once per WQE and kept while it is retried after a
  * stall (RNR, a busy target, a full ring): a retry is the same WQE, so it
  * neither gets another chance to fail nor shifts the seed's sequence by how
- * often the timing made it wait. Returns VQP_SW_REQ_DONE to execute it. */
+ * often the timing made it wait. An injected error fails the WQE at once,
+ * so a WQE whose draws are kept (drawn_wqe) drew none. Returns
+ * VQP_SW_REQ_DONE to execute it. */
 static vqp_sw_req_result_t vqp_sw_req_faults(vqp_sw_qp_t *qp,
                                              const vqp_sw_wqe_t *w)
 {
@@ -200,17 +202,15 @@ static vqp_sw_req_result_t vqp_sw_req_faults(vqp_sw_qp_t *qp,
     uint8_t synd;
 
     if (qp->drawn_wqe != qp->sq_ci) {
-        qp->drawn_wqe   = qp->sq_ci;
-        qp->drawn_synd  = vqp_sw_fault_wqe(qp->dev, qp, qp->sq_ci);
-        qp->drawn_delay = (qp->drawn_synd == 0) && (f->delay_us > 0) &&
-                          (vqp_sw_fault_rand(f) < f->delay_prob);
-    }
-    if (qp->drawn_synd != 0) {
-        synd          = qp->drawn_synd;
-        qp->drawn_wqe = UINT32_MAX;
-        ucs_debug("vqp_sw %s: QP 0x%x WQE %u: injected syndrome 0x%x",
-                  qp->dev->name, qp->qpn, qp->sq_ci, synd);
-        return vqp_sw_req_fail(qp, w, synd);
+        synd = vqp_sw_fault_wqe(qp->dev, qp, qp->sq_ci);
+        if (synd != 0) {
+            ucs_debug("vqp_sw %s: QP 0x%x WQE %u: injected syndrome 0x%x",
+                      qp->dev->name, qp->qpn, qp->sq_ci, synd);
+            return vqp_sw_req_fail(qp, w, synd);
+        }
+        qp->drawn_wqe = qp->sq_ci;
+        qp->drawn_delay =
+            (f->delay_us > 0) && (vqp_sw_fault_rand(f) < f->delay_prob);
     }
     if (qp->drawn_delay) {
         qp->drawn_delay = false; /* once: the retry after it executes */
