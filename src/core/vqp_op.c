@@ -1598,6 +1598,11 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
         /* SENDs and atomics have one QP; it is gone. */
         return vqp->send_qp->error;
     }
+    if (ucs_unlikely(!vqp->send_qp->alive) && (wr->flags & VQP_SEND_INLINE)) {
+        /* Inline data goes into a WQE of the send QP within this call: no
+         * completion will ever make room for it there. */
+        return vqp->send_qp->error;
+    }
     if ((wr->opcode == VQP_OP_FLUSH) && !(wr->flags & VQP_SEND_SIGNALED) &&
         (vqp->op_tail != vqp->op_head) &&
         (VQP_OP(vqp, vqp->op_tail - 1)->opcode == VQP_OP_FLUSH)) {
