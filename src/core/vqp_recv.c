@@ -187,10 +187,13 @@ static void vqp_user_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,
         (opcode == MLX5_CQE_RESP_WR_IMM)) {
         flags = VQP_WC_WITH_IMM;
     }
+    /* A WRITE_IMM put nothing into the buffer (its byte count is the
+     * WRITE's): 0, as a notification reports everywhere else. */
     vqp_deliver_recv(
         vqp, pqp->rx_wr_id[index & pqp->rx.mask], UCS_OK,
         (opcode == MLX5_CQE_RESP_WR_IMM) ? VQP_OP_RECV_NOTIFY : VQP_OP_RECV,
-        flags, be32toh(vqp_mlx5_cqe_imm(cqe)), vqp_mlx5_cqe_byte_cnt(cqe));
+        flags, be32toh(vqp_mlx5_cqe_imm(cqe)),
+        (opcode == MLX5_CQE_RESP_WR_IMM) ? 0 : vqp_mlx5_cqe_byte_cnt(cqe));
 }
 
 void vqp_srq_recv_cqe(vqp_pqp_t *pqp, struct mlx5_cqe64 *cqe,
