@@ -360,6 +360,8 @@ static void run_write_imm(unsigned num_qps, vqp_lb_t lb)
         assert_int_equal(p.b.wcs[i].status, UCS_OK);
         assert_int_equal(p.b.wcs[i].opcode, VQP_OP_RECV_NOTIFY);
         assert_int_equal(p.b.wcs[i].wr_id, 500 + i);
+        /* nothing went into the slot (one QP: the WRITE_IMM's receive) */
+        assert_int_equal(p.b.wcs[i].byte_len, 0);
         assert_true(p.b.wcs[i].flags & VQP_WC_WITH_IMM);
         assert_int_equal(p.b.wcs[i].imm, 0xabc00000u + i);
     }
@@ -1049,6 +1051,25 @@ static void test_inline_not_replayed(void **state)
     assert_int_equal(stats.frags_replayed, 1);
     pair_idle(&p, 100);
     assert_int_equal(p.a.nwcs, 2);
+
+    /* Later inline posts have no QP to go to: the send QP's error, not
+     * UCS_ERR_NO_RESOURCE, which no completion would ever end (and the
+     * room they would need is never there). A WRITE that is not inline
+     * goes to a data QP. */
+    assert_int_equal(vqp_send_avail_inline(p.a.vqp, 0), 0);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 3, 0, 0, 64);
+    wr.flags = VQP_SEND_INLINE | VQP_SEND_SIGNALED;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), p.a.vqp->send_qp->error);
+    assert_true(p.a.vqp->send_qp->error != UCS_OK);
+    wr.flags = VQP_SEND_INLINE | VQP_SEND_SIGNALED | VQP_SEND_FENCE;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), p.a.vqp->send_qp->error);
+    fill_pattern(p.a.buf, 64, 10);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 4, 0, 0, 64);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_wait(&p, 3, 0);
+    assert_int_equal(p.a.wcs[2].wr_id, 4);
+    assert_int_equal(p.a.wcs[2].status, UCS_OK);
+    assert_memory_equal(p.a.buf, p.b.buf, 64);
     pair_destroy(&p);
 }
 
@@ -2531,7 +2552,12 @@ static void test_post_behind_replays(void **state)
     uint32_t tail;
     pair_t p;
 
+    /* The engines run in the polls only: the idle executor, running QP 1
+     * while this thread waits for a CPU, would let its completions come
+     * before QP 0's flushes, and no replay would wait. */
+    setenv("VQP_SW_EXEC", "progress", 1);
     pair_create(&p, &params);
+    unsetenv("VQP_SW_EXEC");
     assert_int_equal(p.a.vqp->fast_ops, p.a.vqp->fast_ops_up);
     fill_pattern(p.a.buf, 7u << 20, 6);
     memset(p.b.buf, 0, 7u << 20);
