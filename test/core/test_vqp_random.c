@@ -89,6 +89,10 @@ typedef struct model_op {
     uint64_t len;
     uint32_t imm;
     int inl_scribbled; /* inline: source overwritten after the post */
+    /* Atomics on a word of their own: its value before and after, and
+     * the operands. */
+    uint64_t atomic_old;
+    uint64_t atomic_new;
     unsigned reports;
     ucs_status_t status;
 } model_op_t;
@@ -110,6 +114,7 @@ typedef struct trial {
     int kill_send_at;    /* operation index to kill a's send QP at, or -1 */
     int delays;          /* the sender's device delays some WQEs */
     int destroy_end;     /* end by destroying a with operations in flight */
+    int cancel_end;      /* end by vqp_cancel with operations in flight */
     unsigned ops_target; /* operations to post */
     /* state */
     side_t a, b;
@@ -156,7 +161,9 @@ static void trial_describe(const trial_t *t, char *buf, size_t max)
              t->kills, t->kill_at[0], t->kill_b[0] ? "b" : "", t->kill_at[1],
              t->kill_b[1] ? "b" : "", t->kill_at[2], t->kill_b[2] ? "b" : "",
              t->kill_send_at, t->ops_target,
-             t->destroy_end ? ", destroy in flight" : "");
+             t->destroy_end  ? ", destroy in flight"
+             : t->cancel_end ? ", cancel in flight"
+                             : "");
 }
 
 /* Fail with the trial's seed and configuration in the message. */
@@ -257,12 +264,45 @@ static int op_may_fail(const trial_t *t, const model_op_t *op)
     switch (op->opcode) {
     case VQP_OP_SEND:
     case VQP_OP_SEND_IMM:
-    case VQP_OP_ATOMIC_FA:
     case VQP_OP_PROBE:
         return 1;
     default:
-        return (op->flags & VQP_SEND_INLINE) != 0;
+        return ((op->opcode >= VQP_OP_ATOMIC_FA) &&
+                (op->opcode <= VQP_OP_ATOMIC_XOR)) ||
+               ((op->flags & VQP_SEND_INLINE) != 0);
     }
+}
+
+/* An atomic on a word of its own: the old value returned in host order
+ * (4 bytes written for a 4-byte one), the new value in place. */
+static void check_atomic(trial_t *t, unsigned id)
+{
+    const model_op_t *op = &t->ops[id];
+    uint64_t res = 0, word = 0;
+
+    if (op->len == 4) {
+        uint32_t r32, w32;
+
+        memcpy(&r32, t->a.buf + op->loff, 4);
+        memcpy(&w32, t->b.buf + op->roff, 4);
+        res  = r32;
+        word = w32;
+        CHECK(t, *(uint32_t *)(t->a.buf + op->loff + 4) == 0xdeadbeefu,
+              "4-byte atomic %u wrote 8 bytes of its result", id);
+        CHECK(t, *(uint32_t *)(t->b.buf + op->roff + 4) == 0xfeedf00du,
+              "4-byte atomic %u changed the next 4 bytes", id);
+    } else {
+        memcpy(&res, t->a.buf + op->loff, 8);
+        memcpy(&word, t->b.buf + op->roff, 8);
+    }
+    CHECK(t, res == op->atomic_old,
+          "atomic %u (opcode %d, %" PRIu64 " bytes) returned 0x%" PRIx64
+          ", not 0x%" PRIx64,
+          id, op->opcode, op->len, res, op->atomic_old);
+    CHECK(t, word == op->atomic_new,
+          "atomic %u (opcode %d, %" PRIu64 " bytes) left 0x%" PRIx64
+          ", not 0x%" PRIx64,
+          id, op->opcode, op->len, word, op->atomic_new);
 }
 
 /* A report on a (callback or poll): the contract's checks. */
@@ -294,7 +334,7 @@ static void on_report(trial_t *t, const vqp_wc_t *wc)
     }
     if (t->destroying) {
         CHECK(t, (wc->status == UCS_OK) || (wc->status == UCS_ERR_CANCELED),
-              "wr_id %" PRIu64 " at destroy: %s", id,
+              "wr_id %" PRIu64 " at destroy or cancel: %s", id,
               ucs_status_string(wc->status));
         return;
     }
@@ -320,6 +360,13 @@ static void on_report(trial_t *t, const vqp_wc_t *wc)
         CHECK(t, pattern_ok(t->a.buf + op->loff, op->len, (unsigned)id),
               "wr_id %" PRIu64 ": READ of %" PRIu64 " bytes not in place", id,
               op->len);
+        break;
+    case VQP_OP_ATOMIC_CS:
+    case VQP_OP_ATOMIC_SWAP:
+    case VQP_OP_ATOMIC_AND:
+    case VQP_OP_ATOMIC_OR:
+    case VQP_OP_ATOMIC_XOR:
+        check_atomic(t, (unsigned)id);
         break;
     default:
         break;
@@ -512,6 +559,51 @@ static void maybe_kill(trial_t *t)
     }
 }
 
+/* An atomic other than the shared counter's: its own word at the op's
+ * offset in b with a random value, random operands, the model's result. */
+static void model_atomic(trial_t *t, model_op_t *op, vqp_send_wr_t *wr)
+{
+    uint64_t mask = (op->len == 4) ? UINT32_MAX : UINT64_MAX;
+    uint64_t old  = rng_next(&t->rng) & mask;
+    uint64_t x    = rng_next(&t->rng) & mask, nv;
+    uint32_t old32;
+
+    wr->compare_add = x;
+    wr->swap        = rng_next(&t->rng) & mask;
+    switch (op->opcode) {
+    case VQP_OP_ATOMIC_CS:
+        if (rng_pct(&t->rng, 50)) {
+            wr->compare_add = old; /* a hit */
+        }
+        nv = (wr->compare_add == old) ? wr->swap : old;
+        break;
+    case VQP_OP_ATOMIC_SWAP:
+        nv = x;
+        break;
+    case VQP_OP_ATOMIC_AND:
+        nv = old & x;
+        break;
+    case VQP_OP_ATOMIC_OR:
+        nv = old | x;
+        break;
+    default:
+        nv = old ^ x;
+        break;
+    }
+    op->atomic_old = old;
+    op->atomic_new = nv & mask;
+    if (op->len == 4) {
+        old32 = (uint32_t)old;
+        memcpy(t->b.buf + op->roff, &old32, 4);
+        memset(t->a.buf + op->loff, 0x11, 4);
+        memcpy(t->a.buf + op->loff + 4, &(uint32_t){0xdeadbeefu}, 4);
+        memcpy(t->b.buf + op->roff + 4, &(uint32_t){0xfeedf00du}, 4);
+    } else {
+        memcpy(t->b.buf + op->roff, &old, 8);
+        memset(t->a.buf + op->loff, 0x11, 8);
+    }
+}
+
 /* Post one random operation (retrying while the core has no room). */
 static void post_one(trial_t *t)
 {
@@ -551,9 +643,12 @@ static void post_one(trial_t *t)
         if ((t->send_posted - t->recvs) >= RECV_BUFS) {
             wr.opcode = VQP_OP_WRITE;
         }
-    } else if (k < 92) {
-        wr.opcode = VQP_OP_ATOMIC_FA;
+    } else if (k < 86) {
+        wr.opcode = VQP_OP_ATOMIC_FA; /* on the shared counter */
         len       = 8;
+    } else if (k < 92) {
+        wr.opcode = VQP_OP_ATOMIC_CS + rng_below(&t->rng, 5);
+        len       = rng_pct(&t->rng, 50) ? 4 : 8;
     } else if (k < 97) {
         wr.opcode = VQP_OP_FLUSH;
         len       = 0;
@@ -572,7 +667,9 @@ static void post_one(trial_t *t)
         wr.flags &= ~(unsigned)VQP_SEND_FENCE;
     }
 
-    off = arena_take(t, len);
+    /* a 4-byte atomic's region has room for the guard after its result */
+    off =
+        arena_take(t, (len == 4) && (wr.opcode >= VQP_OP_ATOMIC_FA) ? 8 : len);
     if ((off == 0) && (len != 0)) {
         t->ops_target = id; /* the arena is used up: the trial ends here */
         return;
@@ -600,6 +697,13 @@ static void post_one(trial_t *t)
         wr.compare_add = 1;
         res            = (uint64_t *)(t->a.buf + off);
         *res           = UINT64_MAX;
+        break;
+    case VQP_OP_ATOMIC_CS:
+    case VQP_OP_ATOMIC_SWAP:
+    case VQP_OP_ATOMIC_AND:
+    case VQP_OP_ATOMIC_OR:
+    case VQP_OP_ATOMIC_XOR:
+        model_atomic(t, op, &wr);
         break;
     case VQP_OP_WRITE_IMM:
         if ((t->num_qps > 1) && (t->notify_slots - t->notifies < 48)) {
@@ -743,6 +847,7 @@ static void trial_setup(trial_t *t, uint64_t seed)
     }
     t->delays      = rng_pct(&t->rng, 20);
     t->destroy_end = t->use_cb && rng_pct(&t->rng, 20);
+    t->cancel_end  = !t->destroy_end && rng_pct(&t->rng, 12);
     if (verbose) {
         trial_describe(t, conf, sizeof(conf));
         print_message("trial %s\n", conf);
@@ -853,6 +958,15 @@ static void trial_drain_and_check(trial_t *t)
                   "READ %u (%" PRIu64 " bytes) not in place at the end", id,
                   op->len);
             break;
+        case VQP_OP_ATOMIC_CS:
+        case VQP_OP_ATOMIC_SWAP:
+        case VQP_OP_ATOMIC_AND:
+        case VQP_OP_ATOMIC_OR:
+        case VQP_OP_ATOMIC_XOR:
+            if ((op->status == UCS_OK) || !op_may_fail(t, op)) {
+                check_atomic(t, id);
+            }
+            break;
         default:
             break;
         }
@@ -909,6 +1023,46 @@ static void trial_destroy_in_flight(trial_t *t)
     }
 }
 
+/* vqp_cancel with operations in flight: each reported once, done or
+ * canceled; later posts fail; then nothing is in flight. */
+static void trial_cancel_in_flight(trial_t *t)
+{
+    vqp_send_wr_t wr = {0};
+    unsigned i, steps, want = 0;
+
+    for (i = rng_below(&t->rng, 20); i > 0; --i) {
+        progress(t);
+    }
+    t->destroying = 1;
+    vqp_cancel(t->a.vqp);
+    wr.opcode      = VQP_OP_WRITE;
+    wr.flags       = VQP_SEND_SIGNALED;
+    wr.wr_id       = t->posted;
+    wr.length      = 8;
+    wr.local_addr  = (uintptr_t)t->a.buf + ARENA_OFF;
+    wr.remote_addr = (uintptr_t)t->b.buf + ARENA_OFF;
+    wr.lkey[0]     = t->a.lkey;
+    wr.rkey[0]     = t->b.rkey;
+    CHECK(t, vqp_post_send(t->a.vqp, &wr) != UCS_OK,
+          "a post after vqp_cancel was accepted");
+    for (i = 0; i < t->posted; ++i) {
+        want += (t->ops[i].flags & VQP_SEND_SIGNALED) ? 1 : 0;
+    }
+    for (steps = 0; (steps < MAX_STEPS) && ((t->signaled_reports < want) ||
+                                            (vqp_ops_in_flight(t->a.vqp) != 0));
+         ++steps) {
+        progress(t);
+    }
+    CHECK(t, steps < MAX_STEPS,
+          "cancel: %u of %u reports, %u in flight after %u steps",
+          t->signaled_reports, want, vqp_ops_in_flight(t->a.vqp), steps);
+    for (steps = 0; steps < 200; ++steps) {
+        progress(t);
+    }
+    CHECK(t, t->signaled_reports == want, "cancel: %u reports, %u expected",
+          t->signaled_reports, want);
+}
+
 static void run_trial(uint64_t seed)
 {
     trial_t *t = calloc(1, sizeof(*t));
@@ -930,7 +1084,9 @@ static void run_trial(uint64_t seed)
             progress(t);
         }
     }
-    if (t->destroy_end) {
+    if (t->cancel_end) {
+        trial_cancel_in_flight(t);
+    } else if (t->destroy_end) {
         /* Let some complete, then destroy with the rest in flight. */
         for (k = rng_below(&t->rng, 20); k > 0; --k) {
             progress(t);
