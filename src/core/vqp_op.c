@@ -1550,7 +1550,11 @@ static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op,
     uint32_t nfrags =
         (wr->length == 0) ? 1 : ((wr->length - 1) >> vqp->frag_shift) + 1;
 
-    op->flags     = (wr->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED;
+    /* Only a WRITE_IMM has a WQE after its data (the DQPLB FINAL or the
+     * SPRAY notify): the others' tail is posted from the start, or failing
+     * them before all their data went out would count one WQE too many. */
+    op->flags = (wr->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED |
+                (wr->opcode != VQP_OP_WRITE_IMM ? VQP_OP_TAIL_POSTED : 0);
     op->nfrags    = nfrags;
     op->remaining = nfrags + (wr->opcode == VQP_OP_WRITE_IMM);
 }

@@ -1452,6 +1452,49 @@ static void test_cancel_and_accounting(void **state)
     pair_destroy(&p);
 }
 
+/* A striped WRITE canceled with only some of its fragments posted (the
+ * rings are full), a READ behind it: each is reported once, canceled, and
+ * so is what waits behind them. A WRITE or READ has no WQE after its
+ * data; the unposted part once counted one (found by test_vqp_random):
+ * the posted fragments' CQEs then took the count below zero and nothing
+ * was ever reported again. */
+static void test_cancel_partly_posted(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    unsigned i;
+    pair_t p;
+
+    params.max_outstanding = 1;
+    pair_create(&p, &params);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 0, 0, 0, 40 * 65536);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_READ, 1, 3u << 20, 3u << 20, 40 * 65536);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 2, 0, 0, 100);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    /* some of the WRITE's 40 fragments, none of the READ's */
+    assert_true(p.a.vqp->ops[0].posted > 0);
+    assert_true(p.a.vqp->ops[0].posted < 40);
+    assert_int_equal(p.a.vqp->ops[1].posted, 0);
+    /* One CQE per poll: the unposted part fails (at the first advance)
+     * before the posted fragments' flushes are all counted. */
+    p.a.cq->max_poll = 1;
+    vqp_cancel(p.a.vqp);
+    pair_wait(&p, 3, 0);
+    pair_idle(&p, 200);
+    assert_int_equal(p.a.nwcs, 3);
+    for (i = 0; i < 3; ++i) {
+        assert_int_equal(p.a.wcs[i].wr_id, i);
+        assert_int_equal(p.a.wcs[i].status, UCS_ERR_CANCELED);
+        /* Every WQE counted once: none is left, none came after the report
+         * (the last flush would have taken the count below zero). */
+        assert_int_equal(p.a.vqp->ops[i].remaining, 0);
+    }
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    pair_destroy(&p);
+}
+
 /* A virtual QP over two devices per side (the seeds' multi-NIC mode): keys
  * per device, one CQ per device, striped writes and in-order notifications
  * whose notify never overtakes data on the other device. */
@@ -2706,6 +2749,7 @@ int main(void)
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_dqplb_window),
         cmocka_unit_test(test_cancel_and_accounting),
+        cmocka_unit_test(test_cancel_partly_posted),
         cmocka_unit_test(test_two_devices_spray),
         cmocka_unit_test(test_two_devices_dqplb),
         cmocka_unit_test(test_two_devices_64qp),
