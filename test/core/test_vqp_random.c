@@ -1023,6 +1023,37 @@ static void trial_destroy_in_flight(trial_t *t)
     }
 }
 
+static void dump_vqp(const vqp_t *vqp)
+{
+    const vqp_pqp_t *q;
+    const vqp_op_t *op;
+    unsigned i;
+
+    fprintf(stderr,
+            "vqp: ops head %u disp %u tail %u, replay %u..%u, fatal %d, "
+            "canceling %d, fast_ops 0x%x, alive %u, credit_wait %d, dirty %d\n",
+            vqp->op_head, vqp->op_disp, vqp->op_tail, vqp->replay_head,
+            vqp->replay_tail, vqp->fatal, vqp->canceling, vqp->fast_ops,
+            vqp->alive, vqp->credit_wait, vqp->dirty);
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        q = &vqp->qps[i];
+        fprintf(stderr,
+                "  qp %u 0x%x role %d alive %d err %d frags %u..%u limit %u "
+                "sq pi %u ci %u credits %d\n",
+                i, q->qpn, q->role, q->alive, q->error, q->frag_head,
+                q->frag_tail, q->frag_limit, q->tx.pi, q->tx.ci,
+                q->cdev->credits);
+    }
+    for (i = vqp->op_head; i != vqp->op_tail; ++i) {
+        op = &vqp->ops[i & vqp->op_mask];
+        fprintf(stderr,
+                "  op %u wr_id %" PRIu64 " opcode %d flags 0x%x status %d "
+                "remaining %u nfrags %u posted %u\n",
+                i, op->wr_id, op->opcode, op->flags, op->status, op->remaining,
+                op->nfrags, op->posted);
+    }
+}
+
 /* vqp_cancel with operations in flight: each reported once, done or
  * canceled; later posts fail; then nothing is in flight. */
 static void trial_cancel_in_flight(trial_t *t)
@@ -1052,6 +1083,9 @@ static void trial_cancel_in_flight(trial_t *t)
                                             (vqp_ops_in_flight(t->a.vqp) != 0));
          ++steps) {
         progress(t);
+    }
+    if (steps >= MAX_STEPS) {
+        dump_vqp(t->a.vqp);
     }
     CHECK(t, steps < MAX_STEPS,
           "cancel: %u of %u reports, %u in flight after %u steps",
