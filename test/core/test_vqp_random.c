@@ -1,19 +1,22 @@
 /*
  * Multi-QP core, randomized: seeded trials of random configurations (QP
- * count, load balancing, fragment size, stripe threshold, ring sizes,
- * completions by callback or by poll) and random operation streams (WRITE,
- * WRITE_IMM, READ, SEND, SEND_IMM, fetch-and-add, FLUSH, PROBE; signaled or
- * not, fenced, inline), polled at random moments with random batch sizes,
- * posts from inside completion callbacks, CQEs of different QPs reordered
- * by the software device, and data QPs killed with fragments in flight.
- * Each trial checks the core's contract against a model of what was
- * posted: every signaled operation reported exactly once, reports in
- * posting order, an unsignaled one reported only when it failed, no
- * failure while a data QP survives, the data of every operation in place
- * (an inline one's as it was at the post), notifications and receives in
- * order with their immediate data, fetch-and-add results a permutation,
- * the statistics; and, when the trial ends by destroying the sender with
- * operations in flight, each unreported one reported once, canceled.
+ * count, one or two devices per side, load balancing, fragment size, stripe
+ * threshold, ring sizes, completions by callback or by poll, the CQ's poll
+ * budget) and random operation streams (WRITE, WRITE_IMM, READ, SEND,
+ * SEND_IMM, every atomic on 4 and 8 bytes, FLUSH, PROBE; signaled or not,
+ * fenced, inline), polled at random moments with random batch sizes, posts
+ * from inside completion callbacks, CQEs of different QPs reordered and
+ * WQEs delayed by the software device, data QPs killed on either side and
+ * the sender's send QP killed. Each trial checks the core's contract against
+ * a model of what was posted: every signaled operation reported exactly
+ * once, reports in posting order, an unsignaled one reported only when it
+ * failed, no failure while a data QP survives (but for what has no other
+ * QP once the send QP died), the data of every operation in place (an
+ * inline one's as it was at the post), notifications and receives in order
+ * with their immediate data, atomic results and words, the statistics,
+ * every WQE counted once; and, when the trial ends by destroying the sender
+ * or by vqp_cancel with operations in flight, each unreported one reported
+ * once, done or canceled.
  *
  * VQP_RANDOM_SEED=S runs the trials S, S + 1, ...; VQP_RANDOM_TRIALS=N how
  * many (default 40; 10 under valgrind). A failure prints the trial's seed
@@ -70,14 +73,17 @@ static int rng_pct(rng_t *r, unsigned pct)
     return rng_below(r, 100) < pct;
 }
 
+/* One side: one or two devices (a virtual QP over both: keys per device),
+ * one buffer registered on each. */
 typedef struct side {
-    vqp_dev_t *dev;
+    unsigned num_devs;
+    vqp_dev_t *dev[2];
     vqp_cq_t *cq;
     vqp_t *vqp;
     char *buf;
-    vqp_dev_mr_t *mr;
-    uint32_t lkey;
-    uint32_t rkey;
+    vqp_dev_mr_t *mr[2];
+    uint32_t lkey[2];
+    uint32_t rkey[2];
 } side_t;
 
 /* What the model knows of one posted operation. */
@@ -102,6 +108,7 @@ typedef struct trial {
     rng_t rng;
     /* configuration */
     unsigned num_qps;
+    unsigned num_devs; /* per side */
     vqp_lb_t lb;
     uint64_t frag_size;
     uint64_t stripe_threshold;
@@ -151,11 +158,13 @@ static int verbose;
 static void trial_describe(const trial_t *t, char *buf, size_t max)
 {
     snprintf(buf, max,
-             "seed %" PRIu64 ": %u QPs %s, frag %" PRIu64 " stripe %" PRIu64
+             "seed %" PRIu64 ": %u QPs on %u devices %s, frag %" PRIu64
+             " stripe %" PRIu64
              ", max_outstanding %u, max_ops %u, %s%s%s%s, %u kills at ops "
              "%u%s %u%s %u%s, send QP kill at %d, %u ops%s",
-             t->seed, t->num_qps, (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray",
-             t->frag_size, t->stripe_threshold, t->max_outstanding, t->max_ops,
+             t->seed, t->num_qps, t->num_devs,
+             (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray", t->frag_size,
+             t->stripe_threshold, t->max_outstanding, t->max_ops,
              t->use_cb ? "callback" : "poll", t->reorder ? ", reorder" : "",
              t->exec_auto ? ", exec auto" : "", t->delays ? ", delays" : "",
              t->kills, t->kill_at[0], t->kill_b[0] ? "b" : "", t->kill_at[1],
@@ -212,43 +221,64 @@ static int pattern_ok(const char *p, uint64_t len, unsigned id)
 static void side_open(trial_t *t, side_t *s, const char *faults)
 {
     vqp_cq_params_t cqp;
+    unsigned d;
 
     memset(s, 0, sizeof(*s));
-    if (faults != NULL) {
-        setenv("VQP_SW_FAULTS", faults, 1);
-    } else {
-        unsetenv("VQP_SW_FAULTS");
-    }
-    setenv("VQP_SW_EXEC", t->exec_auto ? "auto" : "progress", 1);
-    assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &s->dev), UCS_OK);
-    unsetenv("VQP_SW_FAULTS");
-    unsetenv("VQP_SW_EXEC");
-    vqp_cq_params_default(&cqp);
-    cqp.devs[0]  = s->dev;
-    cqp.num_devs = 1;
-    cqp.max_poll = 1 + rng_below(&t->rng, 64);
-    assert_int_equal(vqp_cq_create(&cqp, &s->cq), UCS_OK);
-    s->buf = aligned_alloc(4096, BUF_SIZE);
+    s->num_devs = t->num_devs;
+    s->buf      = aligned_alloc(4096, BUF_SIZE);
     assert_non_null(s->buf);
     memset(s->buf, 0, BUF_SIZE);
-    assert_int_equal(
-        vqp_dev_mr_reg(s->dev, s->buf, BUF_SIZE,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
-                       &s->mr, &s->lkey, &s->rkey),
-        UCS_OK);
+    vqp_cq_params_default(&cqp);
+    for (d = 0; d < s->num_devs; ++d) {
+        if (faults != NULL) {
+            setenv("VQP_SW_FAULTS", faults, 1);
+        } else {
+            unsetenv("VQP_SW_FAULTS");
+        }
+        setenv("VQP_SW_EXEC", t->exec_auto ? "auto" : "progress", 1);
+        assert_int_equal(vqp_dev_open(VQP_DEV_SW_NAME, NULL, &s->dev[d]),
+                         UCS_OK);
+        unsetenv("VQP_SW_FAULTS");
+        unsetenv("VQP_SW_EXEC");
+        assert_int_equal(vqp_dev_mr_reg(s->dev[d], s->buf, BUF_SIZE,
+                                        IBV_ACCESS_LOCAL_WRITE |
+                                            IBV_ACCESS_REMOTE_WRITE |
+                                            IBV_ACCESS_REMOTE_READ |
+                                            IBV_ACCESS_REMOTE_ATOMIC,
+                                        &s->mr[d], &s->lkey[d], &s->rkey[d]),
+                         UCS_OK);
+        cqp.devs[d] = s->dev[d];
+    }
+    cqp.num_devs = s->num_devs;
+    cqp.max_poll = 1 + rng_below(&t->rng, 64);
+    assert_int_equal(vqp_cq_create(&cqp, &s->cq), UCS_OK);
 }
 
 static void side_close(side_t *s)
 {
+    unsigned d;
+
     if (s->vqp != NULL) {
         vqp_destroy(s->vqp);
         s->vqp = NULL;
     }
     assert_int_equal(vqp_cq_destroy(s->cq), UCS_OK);
-    assert_int_equal(vqp_dev_mr_dereg(s->mr), UCS_OK);
-    assert_int_equal(vqp_dev_close(s->dev), UCS_OK);
+    for (d = 0; d < s->num_devs; ++d) {
+        assert_int_equal(vqp_dev_mr_dereg(s->mr[d]), UCS_OK);
+        assert_int_equal(vqp_dev_close(s->dev[d]), UCS_OK);
+    }
     free(s->buf);
+}
+
+/* The keys of @a wr for a's buffer (local) and b's (remote). */
+static void set_keys(const trial_t *t, vqp_send_wr_t *wr)
+{
+    unsigned d;
+
+    for (d = 0; d < t->num_devs; ++d) {
+        wr->lkey[d] = t->a.lkey[d];
+        wr->rkey[d] = t->b.rkey[d];
+    }
 }
 
 static void post_one(trial_t *t);
@@ -397,7 +427,8 @@ static void post_recv_buf(trial_t *t)
     rwr.wr_id   = t->recv_posted;
     rwr.addr    = (uintptr_t)t->b.buf + RECV_OFF + (uint64_t)slot * RECV_LEN;
     rwr.length  = RECV_LEN;
-    rwr.lkey[0] = t->b.lkey;
+    rwr.lkey[0] = t->b.lkey[0];
+    rwr.lkey[1] = t->b.lkey[1];
     memset(t->b.buf + RECV_OFF + (uint64_t)slot * RECV_LEN, 0xa5, RECV_LEN);
     CHECK(t, vqp_post_recv(t->b.vqp, &rwr) == UCS_OK, "receive post failed");
     ++t->recv_posted;
@@ -678,15 +709,14 @@ static void post_one(trial_t *t)
     wr.length      = len;
     wr.local_addr  = (uintptr_t)t->a.buf + off;
     wr.remote_addr = (uintptr_t)t->b.buf + off;
-    wr.lkey[0]     = t->a.lkey;
-    wr.rkey[0]     = t->b.rkey;
-    wr.imm         = (uint32_t)(id * 2654435761u);
-    op->opcode     = wr.opcode;
-    op->flags      = wr.flags;
-    op->loff       = off;
-    op->roff       = off;
-    op->len        = len;
-    op->imm        = wr.imm;
+    set_keys(t, &wr);
+    wr.imm     = (uint32_t)(id * 2654435761u);
+    op->opcode = wr.opcode;
+    op->flags  = wr.flags;
+    op->loff   = off;
+    op->roff   = off;
+    op->len    = len;
+    op->imm    = wr.imm;
     switch (wr.opcode) {
     case VQP_OP_READ:
         pattern(t->b.buf + off, len, id);
@@ -810,6 +840,7 @@ static void trial_setup(trial_t *t, uint64_t seed)
     t->rng.s            = seed * 0x2545f4914f6cdd1dull + 1;
     t->last_report      = -1;
     t->num_qps          = qps[rng_below(&t->rng, ucs_static_array_size(qps))];
+    t->num_devs         = rng_pct(&t->rng, 25) ? 2 : 1;
     t->lb               = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
     t->frag_size        = frag_sizes[rng_below(&t->rng, 3)];
     t->stripe_threshold = t->frag_size >> rng_below(&t->rng, 3);
@@ -994,6 +1025,13 @@ static void trial_drain_and_check(trial_t *t)
     CHECK(t, t->send_killed || (*counter == fa_ok),
           "counter %" PRIu64 " after %u adds", *counter, fa_ok);
 
+    /* Every WQE counted once: a fragment counted after its operation's
+     * report would leave its slot's count below zero. */
+    for (i = 0; i <= t->a.vqp->op_mask; ++i) {
+        CHECK(t, t->a.vqp->ops[i].remaining == 0,
+              "operation slot %u: %u WQEs left after the drain", i,
+              t->a.vqp->ops[i].remaining);
+    }
     vqp_query_stats(t->a.vqp, &stats);
     CHECK(t, stats.ops_posted == t->posted, "stats: %" PRIu64 " posted, not %u",
           stats.ops_posted, t->posted);
@@ -1072,8 +1110,7 @@ static void trial_cancel_in_flight(trial_t *t)
     wr.length      = 8;
     wr.local_addr  = (uintptr_t)t->a.buf + ARENA_OFF;
     wr.remote_addr = (uintptr_t)t->b.buf + ARENA_OFF;
-    wr.lkey[0]     = t->a.lkey;
-    wr.rkey[0]     = t->b.rkey;
+    set_keys(t, &wr);
     CHECK(t, vqp_post_send(t->a.vqp, &wr) != UCS_OK,
           "a post after vqp_cancel was accepted");
     for (i = 0; i < t->posted; ++i) {
@@ -1095,6 +1132,11 @@ static void trial_cancel_in_flight(trial_t *t)
     }
     CHECK(t, t->signaled_reports == want, "cancel: %u reports, %u expected",
           t->signaled_reports, want);
+    for (i = 0; i <= t->a.vqp->op_mask; ++i) {
+        CHECK(t, t->a.vqp->ops[i].remaining == 0,
+              "cancel: operation slot %u: %u WQEs left", i,
+              t->a.vqp->ops[i].remaining);
+    }
 }
 
 static void run_trial(uint64_t seed)
