@@ -607,6 +607,10 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp);
 
 /* sw_resp.c */
 unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev);
+/* Deliver every inbound record published before the call: those a peer
+ * deposited before it set one of our QPs' remote_err (on a wire they
+ * arrived before the error). */
+unsigned vqp_sw_resp_drain(vqp_sw_dev_t *dev);
 
 /* Whether an inbound record waits at the ring's tail: the check
  * vqp_sw_resp_progress starts with, without its call (a progress call that

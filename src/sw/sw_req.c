@@ -573,6 +573,10 @@ unsigned vqp_sw_req_progress(vqp_sw_qp_t *qp)
     if (rerr != 0) {
         ucs_debug("vqp_sw %s: QP 0x%x: responder error 0x%x -> ERR",
                   qp->dev->name, qp->qpn, rerr);
+        /* What the peer deposited before the error (a SEND it saw
+         * complete) lands first, as packets ahead of a NAK would: only the
+         * receives after it flush. */
+        vqp_sw_resp_drain(qp->dev);
         vqp_sw_qp_set_error(qp);
     }
     state = (enum ibv_qp_state)qp->shm->state;

@@ -851,3 +851,20 @@ unsigned vqp_sw_resp_progress(vqp_sw_dev_t *dev)
     }
     return n;
 }
+
+unsigned vqp_sw_resp_drain(vqp_sw_dev_t *dev)
+{
+    uint64_t head = __atomic_load_n(&dev->shm->in_head, __ATOMIC_ACQUIRE);
+    unsigned n, total = 0;
+
+    /* Up to the records published now; one whose producer is still
+     * writing it ends the drain (it came after whatever the caller saw). */
+    while ((int64_t)(head - dev->shm->in_tail) > 0) {
+        n = vqp_sw_resp_progress(dev);
+        if (n == 0) {
+            break;
+        }
+        total += n;
+    }
+    return total;
+}

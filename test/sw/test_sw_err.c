@@ -246,6 +246,42 @@ static void test_remote_access(void **state)
     expect_err(f, 1, 1, 0, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
 }
 
+/* A SEND, then a WRITE with a bad rkey, executed before the target runs:
+ * the SEND completed at the requester, so its receive completes at the
+ * target (it arrived before the error), and only the next receive flushes
+ * when the target QP enters ERROR. Before 28 Nov 2026 the target applied
+ * the error first and flushed the SEND's receive: a message the sender saw
+ * delivered was lost (found by test_vqp_random). */
+static void test_send_before_remote_access(void **state)
+{
+    fx_t *f         = *state;
+    sw_test_qp_t *q = &f->qp[0];
+    struct mlx5_cqe64 cqe;
+    uint16_t s, w;
+
+    sw_test_post_recv(&f->qp[1], f->buf[1], 64, f->lkey[1]);
+    sw_test_post_recv(&f->qp[1], f->buf[1] + 64, 64, f->lkey[1]);
+    memset(f->buf[0], 's', 16);
+    s = fx_send(f, 0, MLX5_OPCODE_SEND, 0, 16, 0);
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 3, CU, 0);
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1] + FX_BUF - 4, f->rkey[1]);
+    sw_test_dseg(q, 2, f->buf[0], 16, f->lkey[0]);
+    w = sw_test_ring(q, 3);
+    /* The requester runs both before the target runs at all. */
+    vqp_sw_progress(f->devs[0]);
+    assert_int_equal(fx_poll(f, 0, 0, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_REQ);
+    assert_int_equal(be16toh(cqe.wqe_counter), s);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+    assert_int_equal(fx_poll(f, 1, 1, &cqe), 0);
+    assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+    assert_int_equal(be16toh(cqe.wqe_counter), 0);
+    assert_memory_equal(f->buf[1], f->buf[0], 16);
+    settle(f);
+    assert_int_equal(vqp_sw_qp_state(f->qp[1].qp), IBV_QPS_ERR);
+    expect_err(f, 1, 1, 1, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+}
+
 static void test_remote_rights(void **state)
 {
     fx_t *f         = *state;
@@ -914,6 +950,7 @@ int main(void)
         T(test_send_run_error_in_middle),
         T(test_send_run_partial_rnr),
         T(test_remote_access),
+        T(test_send_before_remote_access),
         T(test_remote_rights),
         T(test_deregistered_rkey),
         T(test_qp_access_flags),
