@@ -1069,6 +1069,7 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     vqp_t *vqp = pqp->vqp;
     vqp_frag_t *f;
     vqp_op_t *op;
+    unsigned i;
 
     if (!pqp->alive) {
         return;
@@ -1091,7 +1092,7 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     /* Make sure every WQE still queued comes back (flushed). */
     vqp_dev_qp_set_error(pqp->dev_qp);
 
-    if (vqp->alive == 0) {
+    if ((vqp->alive == 0) && (vqp->fatal == UCS_OK)) {
         vqp->fatal    = status;
         vqp->fast_ops = 0;
         /* Replays have nowhere to go: their operations fail now. */
@@ -1104,6 +1105,12 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
             --op->remaining;
         }
         vqp_recv_cancel_notifies(vqp, status);
+        /* The send (and notify) QP go too: no post is taken any more, not
+         * even a FLUSH, so an unsignaled last WQE there would never
+         * complete; flushed, every operation in flight ends, once. */
+        for (i = 0; i < vqp->num_pqps; ++i) {
+            vqp_pqp_fail(&vqp->qps[i], status);
+        }
     }
 }
 

@@ -1295,6 +1295,46 @@ static void test_all_qps_fail(void **state)
     pair_destroy(&p);
 }
 
+/* The data QPs all fail while an unsignaled WRITE, the send QP's newest
+ * WQE, is in flight there: the send QP goes too, so that it ends (a FLUSH,
+ * which would cover it, is refused once nothing is left). Before, it stayed
+ * in flight for good (found by test_vqp_random). */
+static void test_all_qps_fail_send_qp_unsignaled(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    unsigned i, steps;
+    pair_t p;
+
+    pair_create(&p, &params);
+    wr = make_wr(&p.a, &p.b, VQP_OP_WRITE, 0, 0, 0, 300000);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 100);
+    wr.flags = 0;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    for (i = 0; i < 2; ++i) {
+        assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->qps[i].dev_qp), UCS_OK);
+    }
+    pair_wait(&p, 1, 0);
+    assert_int_equal(p.a.wcs[0].wr_id, 0);
+    assert_true(p.a.wcs[0].status != UCS_OK);
+    for (steps = 0; (vqp_ops_in_flight(p.a.vqp) != 0) && (steps < 100000);
+         ++steps) {
+        pair_idle(&p, 1);
+    }
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    assert_false(p.a.vqp->send_qp->alive);
+    /* reported only if it failed, and then once */
+    assert_true(p.a.nwcs <= 2);
+    if (p.a.nwcs == 2) {
+        assert_int_equal(p.a.wcs[1].wr_id, 1);
+        assert_true(p.a.wcs[1].status != UCS_OK);
+    }
+    wr = make_wr(&p.a, &p.b, VQP_OP_FLUSH, 2, 0, 0, 0);
+    assert_true(vqp_post_send(p.a.vqp, &wr) != UCS_OK);
+    pair_destroy(&p);
+}
+
 /* A bad rkey cannot be fixed by another QP: that operation fails, and the
  * virtual QP goes on with the others. */
 static void test_remote_access_error(void **state)
@@ -2745,6 +2785,7 @@ int main(void)
         cmocka_unit_test(test_max_ops_beyond_sq),
         cmocka_unit_test(test_cancel_after_unsignaled),
         cmocka_unit_test(test_all_qps_fail),
+        cmocka_unit_test(test_all_qps_fail_send_qp_unsignaled),
         cmocka_unit_test(test_remote_access_error),
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_dqplb_window),
