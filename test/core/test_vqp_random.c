@@ -95,6 +95,7 @@ typedef struct model_op {
     uint64_t len;
     uint32_t imm;
     int inl_scribbled; /* inline: source overwritten after the post */
+    int bad;           /* posted with a wrong remote key: must fail */
     /* Atomics on a word of their own: its value before and after, and
      * the operands. */
     uint64_t atomic_old;
@@ -136,6 +137,9 @@ typedef struct trial {
     unsigned killed;
     uint64_t killed_qps; /* bit per QP pair killed (either side) */
     int send_killed;     /* a's send QP was killed */
+    int bad_ops;         /* the trial posts some operations with a bad key */
+    int bad_posted;      /* one was posted: anything may fail from now on */
+    unsigned notif_seen; /* notifications b received (slots used) */
     unsigned signaled_reports;
     int destroying;
     unsigned cb_depth;
@@ -161,7 +165,7 @@ static void trial_describe(const trial_t *t, char *buf, size_t max)
              "seed %" PRIu64 ": %u QPs on %u devices %s, frag %" PRIu64
              " stripe %" PRIu64
              ", max_outstanding %u, max_ops %u, %s%s%s%s, %u kills at ops "
-             "%u%s %u%s %u%s, send QP kill at %d, %u ops%s",
+             "%u%s %u%s %u%s, send QP kill at %d, %u ops%s%s",
              t->seed, t->num_qps, t->num_devs,
              (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray", t->frag_size,
              t->stripe_threshold, t->max_outstanding, t->max_ops,
@@ -169,7 +173,7 @@ static void trial_describe(const trial_t *t, char *buf, size_t max)
              t->exec_auto ? ", exec auto" : "", t->delays ? ", delays" : "",
              t->kills, t->kill_at[0], t->kill_b[0] ? "b" : "", t->kill_at[1],
              t->kill_b[1] ? "b" : "", t->kill_at[2], t->kill_b[2] ? "b" : "",
-             t->kill_send_at, t->ops_target,
+             t->kill_send_at, t->ops_target, t->bad_ops ? ", bad keys" : "",
              t->destroy_end  ? ", destroy in flight"
              : t->cancel_end ? ", cancel in flight"
                              : "");
@@ -288,6 +292,11 @@ static void post_one(trial_t *t);
  * no SEND can reach the peer. The idempotent ones are replayed. */
 static int op_may_fail(const trial_t *t, const model_op_t *op)
 {
+    if (t->bad_posted) {
+        /* Its QPs die (a remote access error is not replayed): with the
+         * last data QP or the send QP gone, others fail too. */
+        return 1;
+    }
     if (!t->send_killed) {
         return 0;
     }
@@ -368,6 +377,8 @@ static void on_report(trial_t *t, const vqp_wc_t *wc)
               ucs_status_string(wc->status));
         return;
     }
+    CHECK(t, !op->bad || (wc->status != UCS_OK),
+          "wr_id %" PRIu64 " with a bad key succeeded", id);
     if ((wc->status != UCS_OK) && op_may_fail(t, op)) {
         return;
     }
@@ -448,12 +459,24 @@ static void on_b_wc(trial_t *t, const vqp_wc_t *wc)
     const model_op_t *op;
     unsigned id, slot;
 
-    CHECK(t, wc->status == UCS_OK, "receiver completion failed: %s",
-          ucs_status_string(wc->status));
     if ((wc->opcode == VQP_OP_RECV_NOTIFY) && (t->num_qps > 1)) {
         CHECK(t, t->notifies < t->imm_posted, "notification never sent");
-        CHECK(t, wc->wr_id == 1000000 + t->notifies,
-              "notification %u in slot %" PRIu64, t->notifies, wc->wr_id);
+        CHECK(t, wc->wr_id == 1000000 + t->notif_seen,
+              "notification %u in slot %" PRIu64, t->notif_seen, wc->wr_id);
+        ++t->notif_seen;
+        if (wc->status != UCS_OK) {
+            /* DQPLB: a WRITE_IMM whose data failed for good is notified as
+             * failed, in its place. */
+            CHECK(t, t->bad_posted, "notification %u failed: %s",
+                  t->notif_seen - 1, ucs_status_string(wc->status));
+            ++t->notifies;
+            return;
+        }
+        /* SPRAY notifies nothing for a WRITE_IMM whose data failed. */
+        while (t->bad_posted && (t->notifies + 1 < t->imm_posted) &&
+               (t->ops[t->imm_ops[t->notifies]].imm != wc->imm)) {
+            ++t->notifies;
+        }
         id = t->imm_ops[t->notifies];
         op = &t->ops[id];
         CHECK(t, (wc->flags & VQP_WC_WITH_IMM) && (wc->imm == op->imm),
@@ -464,6 +487,13 @@ static void on_b_wc(trial_t *t, const vqp_wc_t *wc)
         ++t->notifies;
         return;
     }
+    if ((wc->status != UCS_OK) && t->bad_posted) {
+        /* The responder's QP failed too (a remote access error ends it on
+         * both sides): its receives are flushed. */
+        return;
+    }
+    CHECK(t, wc->status == UCS_OK, "receiver completion failed: %s",
+          ucs_status_string(wc->status));
     /* A receive buffer: SENDs, and with one QP also WRITE_IMMs, take the
      * next one in the order they were posted. */
     CHECK(t, t->recvs < t->send_posted, "receive of a SEND never sent");
@@ -710,7 +740,13 @@ static void post_one(trial_t *t)
     wr.local_addr  = (uintptr_t)t->a.buf + off;
     wr.remote_addr = (uintptr_t)t->b.buf + off;
     set_keys(t, &wr);
-    wr.imm     = (uint32_t)(id * 2654435761u);
+    wr.imm = (uint32_t)(id * 2654435761u);
+    if (t->bad_ops && (len > 0) && (wr.opcode <= VQP_OP_READ) &&
+        !(wr.flags & VQP_SEND_INLINE) && rng_pct(&t->rng, 1)) {
+        wr.rkey[0] ^= 0x5a5a00; /* on every device it may go to */
+        wr.rkey[1] ^= 0x5a5a00;
+        op->bad = 1;
+    }
     op->opcode = wr.opcode;
     op->flags  = wr.flags;
     op->loff   = off;
@@ -772,6 +808,7 @@ static void post_one(trial_t *t)
     CHECK(t, status == UCS_OK, "post of wr_id %u (opcode %d) failed: %s", id,
           wr.opcode, ucs_status_string(status));
     ++t->posted;
+    t->bad_posted |= op->bad;
     if (wr.flags & VQP_SEND_INLINE) {
         /* Copied at the post: what the source holds later does not count. */
         memset(t->a.buf + off, 0xee, len);
@@ -820,6 +857,13 @@ static void post_flush(trial_t *t)
         progress(t);
     }
     t->in_post = 0;
+    if ((status != UCS_OK) && t->bad_posted) {
+        if (verbose) {
+            print_message("final FLUSH refused: %s\n",
+                          ucs_status_string(status));
+        }
+        return; /* no data QP is left: everything fails, nothing to cover */
+    }
     CHECK(t, status == UCS_OK, "final FLUSH failed: %s",
           ucs_status_string(status));
     ++t->posted;
@@ -877,6 +921,7 @@ static void trial_setup(trial_t *t, uint64_t seed)
         t->kill_send_at = (int)rng_below(&t->rng, t->ops_target);
     }
     t->delays      = rng_pct(&t->rng, 20);
+    t->bad_ops     = (t->num_qps >= 2) && rng_pct(&t->rng, 15);
     t->destroy_end = t->use_cb && rng_pct(&t->rng, 20);
     t->cancel_end  = !t->destroy_end && rng_pct(&t->rng, 12);
     if (verbose) {
@@ -922,6 +967,37 @@ static void trial_setup(trial_t *t, uint64_t seed)
     }
 }
 
+static void dump_vqp(const vqp_t *vqp)
+{
+    const vqp_pqp_t *q;
+    const vqp_op_t *op;
+    unsigned i;
+
+    fprintf(stderr,
+            "vqp: ops head %u disp %u tail %u, replay %u..%u, fatal %d, "
+            "canceling %d, fast_ops 0x%x, alive %u, credit_wait %d, dirty %d\n",
+            vqp->op_head, vqp->op_disp, vqp->op_tail, vqp->replay_head,
+            vqp->replay_tail, vqp->fatal, vqp->canceling, vqp->fast_ops,
+            vqp->alive, vqp->credit_wait, vqp->dirty);
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        q = &vqp->qps[i];
+        fprintf(stderr,
+                "  qp %u 0x%x role %d alive %d err %d frags %u..%u limit %u "
+                "sq pi %u ci %u credits %d\n",
+                i, q->qpn, q->role, q->alive, q->error, q->frag_head,
+                q->frag_tail, q->frag_limit, q->tx.pi, q->tx.ci,
+                q->cdev->credits);
+    }
+    for (i = vqp->op_head; i != vqp->op_tail; ++i) {
+        op = &vqp->ops[i & vqp->op_mask];
+        fprintf(stderr,
+                "  op %u wr_id %" PRIu64 " opcode %d flags 0x%x status %d "
+                "remaining %u nfrags %u posted %u\n",
+                i, op->wr_id, op->opcode, op->flags, op->status, op->remaining,
+                op->nfrags, op->posted);
+    }
+}
+
 /* Everything posted reported, received, and the data in place. */
 static void trial_drain_and_check(trial_t *t)
 {
@@ -940,13 +1016,16 @@ static void trial_drain_and_check(trial_t *t)
         progress(t);
         if ((t->signaled_reports == want_reports) &&
             (vqp_ops_in_flight(t->a.vqp) == 0) &&
-            (t->notifies == t->imm_posted) &&
-            (t->send_killed || (t->recvs == t->send_posted))) {
+            (t->bad_posted || (t->notifies == t->imm_posted)) &&
+            (t->send_killed || t->bad_posted || (t->recvs == t->send_posted))) {
             break;
         }
         if ((steps & 255) == 255) {
             sched_yield();
         }
+    }
+    if (steps >= MAX_STEPS) {
+        dump_vqp(t->a.vqp);
     }
     CHECK(t, steps < MAX_STEPS,
           "drain timed out: %u of %u reports, %u in flight, %u/%u "
@@ -959,7 +1038,7 @@ static void trial_drain_and_check(trial_t *t)
     }
     CHECK(t, t->signaled_reports == want_reports, "%u reports, %u expected",
           t->signaled_reports, want_reports);
-    CHECK(t, t->send_killed || (t->unsig_failed == 0),
+    CHECK(t, t->send_killed || t->bad_posted || (t->unsig_failed == 0),
           "%u unsignaled operations failed", t->unsig_failed);
     /* Every SEND reported done arrived (a failed one may have or not; the
      * ones after it could not). */
@@ -985,6 +1064,9 @@ static void trial_drain_and_check(trial_t *t)
                   op->len, op->inl_scribbled ? ", inline" : "");
             break;
         case VQP_OP_READ:
+            if ((op->status != UCS_OK) && op_may_fail(t, op)) {
+                break;
+            }
             CHECK(t, pattern_ok(t->a.buf + op->loff, op->len, id),
                   "READ %u (%" PRIu64 " bytes) not in place at the end", id,
                   op->len);
@@ -1022,7 +1104,7 @@ static void trial_drain_and_check(trial_t *t)
         ++fa_ok;
     }
     free(seen);
-    CHECK(t, t->send_killed || (*counter == fa_ok),
+    CHECK(t, t->send_killed || t->bad_posted || (*counter == fa_ok),
           "counter %" PRIu64 " after %u adds", *counter, fa_ok);
 
     /* Every WQE counted once: a fragment counted after its operation's
@@ -1038,7 +1120,11 @@ static void trial_drain_and_check(trial_t *t)
     CHECK(t, stats.ops_completed == t->posted,
           "stats: %" PRIu64 " completed, not %u", stats.ops_completed,
           t->posted);
-    if ((t->killed_qps == 0) && !t->send_killed) {
+    for (id = 0; id < t->posted; ++id) {
+        CHECK(t, !t->ops[id].bad || (t->ops[id].reports == 1),
+              "wr_id %u with a bad key was not reported", id);
+    }
+    if ((t->killed_qps == 0) && !t->send_killed && !t->bad_posted) {
         CHECK(t, stats.frags_replayed == 0, "%" PRIu64 " replays, no kill",
               stats.frags_replayed);
     }
@@ -1058,37 +1144,6 @@ static void trial_destroy_in_flight(trial_t *t)
             CHECK(t, t->ops[i].reports == 1,
                   "wr_id %u not reported by the destroy", i);
         }
-    }
-}
-
-static void dump_vqp(const vqp_t *vqp)
-{
-    const vqp_pqp_t *q;
-    const vqp_op_t *op;
-    unsigned i;
-
-    fprintf(stderr,
-            "vqp: ops head %u disp %u tail %u, replay %u..%u, fatal %d, "
-            "canceling %d, fast_ops 0x%x, alive %u, credit_wait %d, dirty %d\n",
-            vqp->op_head, vqp->op_disp, vqp->op_tail, vqp->replay_head,
-            vqp->replay_tail, vqp->fatal, vqp->canceling, vqp->fast_ops,
-            vqp->alive, vqp->credit_wait, vqp->dirty);
-    for (i = 0; i < vqp->num_pqps; ++i) {
-        q = &vqp->qps[i];
-        fprintf(stderr,
-                "  qp %u 0x%x role %d alive %d err %d frags %u..%u limit %u "
-                "sq pi %u ci %u credits %d\n",
-                i, q->qpn, q->role, q->alive, q->error, q->frag_head,
-                q->frag_tail, q->frag_limit, q->tx.pi, q->tx.ci,
-                q->cdev->credits);
-    }
-    for (i = vqp->op_head; i != vqp->op_tail; ++i) {
-        op = &vqp->ops[i & vqp->op_mask];
-        fprintf(stderr,
-                "  op %u wr_id %" PRIu64 " opcode %d flags 0x%x status %d "
-                "remaining %u nfrags %u posted %u\n",
-                i, op->wr_id, op->opcode, op->flags, op->status, op->remaining,
-                op->nfrags, op->posted);
     }
 }
 
