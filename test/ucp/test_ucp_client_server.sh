@@ -88,11 +88,14 @@ data_lines() {
 run() {
     local api=$1 iters=$2; shift 2
     local srv=$tmp/server.$api cli=$tmp/client.$api port="" spid i rc want got
+    # The file of the previous run of this API goes first: the shell may
+    # truncate it only after the loop below read the old server's port.
+    rm -f "$srv" "$cli"
     LD_PRELOAD="$pre" timeout "$timeout" "$prog" -p 0 -c "$api" \
         -i "$iters" "$@" >"$srv" 2>&1 &
     spid=$!
     for i in $(seq 200); do
-        port=$(sed -n 's/.*server is listening on IP .* port \([0-9]*\).*/\1/p' "$srv")
+        port=$(sed -n 's/.*server is listening on IP .* port \([0-9]*\).*/\1/p' "$srv" 2>/dev/null)
         [ -z "$port" ] || break
         sleep 0.05
     done
