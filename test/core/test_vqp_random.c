@@ -96,6 +96,10 @@ typedef struct model_op {
     uint32_t imm;
     int inl_scribbled; /* inline: source overwritten after the post */
     int bad;           /* posted with a wrong remote key: must fail */
+    /* Whose pattern the data carries: its own id, or for a fenced READ of
+     * what an earlier WRITE wrote, that WRITE's. */
+    unsigned data_id;
+    int fence_read;
     /* Atomics on a word of their own: its value before and after, and
      * the operands. */
     uint64_t atomic_old;
@@ -140,6 +144,7 @@ typedef struct trial {
     int bad_ops;         /* the trial posts some operations with a bad key */
     int bad_posted;      /* one was posted: anything may fail from now on */
     unsigned notif_seen; /* notifications b received (slots used) */
+    int last_write;      /* the newest WRITE with data, or -1 */
     unsigned signaled_reports;
     int destroying;
     unsigned cb_depth;
@@ -398,9 +403,13 @@ static void on_report(trial_t *t, const vqp_wc_t *wc)
               op->len);
         break;
     case VQP_OP_READ:
-        CHECK(t, pattern_ok(t->a.buf + op->loff, op->len, (unsigned)id),
-              "wr_id %" PRIu64 ": READ of %" PRIu64 " bytes not in place", id,
-              op->len);
+        if (op->fence_read && (t->ops[op->data_id].status != UCS_OK)) {
+            break; /* what it reads back never got there */
+        }
+        CHECK(t, pattern_ok(t->a.buf + op->loff, op->len, op->data_id),
+              "wr_id %" PRIu64 ": READ of %" PRIu64 " bytes not in place%s", id,
+              op->len,
+              op->fence_read ? " (fenced, after the WRITE it reads)" : "");
         break;
     case VQP_OP_ATOMIC_CS:
     case VQP_OP_ATOMIC_SWAP:
@@ -665,6 +674,59 @@ static void model_atomic(trial_t *t, model_op_t *op, vqp_send_wr_t *wr)
     }
 }
 
+/* A fenced READ of the region the newest WRITE wrote, into a region of
+ * its own: the fence makes it start after that WRITE completed, so it reads
+ * the WRITE's data, whatever QPs each went on. */
+static void post_fenced_read(trial_t *t, unsigned id)
+{
+    const model_op_t *w = &t->ops[t->last_write];
+    model_op_t *op      = &t->ops[id];
+    vqp_send_wr_t wr    = {0};
+    ucs_status_t status;
+    uint64_t off;
+    unsigned tries;
+
+    off = arena_take(t, w->len);
+    if (off == 0) {
+        t->ops_target = id;
+        return;
+    }
+    memset(t->a.buf + off, 0, w->len);
+    wr.wr_id  = id;
+    wr.opcode = VQP_OP_READ;
+    wr.flags  = VQP_SEND_FENCE | (rng_pct(&t->rng, 80) ? VQP_SEND_SIGNALED : 0);
+    wr.length = w->len;
+    wr.local_addr  = (uintptr_t)t->a.buf + off;
+    wr.remote_addr = (uintptr_t)t->b.buf + w->roff;
+    set_keys(t, &wr);
+    op->opcode     = VQP_OP_READ;
+    op->flags      = wr.flags;
+    op->loff       = off;
+    op->roff       = w->roff;
+    op->len        = w->len;
+    op->data_id    = (unsigned)t->last_write;
+    op->fence_read = 1;
+    t->in_post     = 1;
+    for (tries = 0;
+         (status = vqp_post_send(t->a.vqp, &wr)) == UCS_ERR_NO_RESOURCE;
+         ++tries) {
+        CHECK(t, tries < MAX_STEPS, "fenced READ refused for %u tries", tries);
+        if (t->cb_depth > 0) {
+            t->in_post = 0;
+            return;
+        }
+        progress(t);
+    }
+    t->in_post = 0;
+    if ((status != UCS_OK) && op_may_fail(t, op)) {
+        return;
+    }
+    CHECK(t, status == UCS_OK, "fenced READ %u failed at the post: %s", id,
+          ucs_status_string(status));
+    ++t->posted;
+    maybe_kill(t);
+}
+
 /* Post one random operation (retrying while the core has no room). */
 static void post_one(trial_t *t)
 {
@@ -679,6 +741,11 @@ static void post_one(trial_t *t)
         return;
     }
     memset(op, 0, sizeof(*op));
+    op->data_id = id;
+    if ((t->last_write >= 0) && rng_pct(&t->rng, 4)) {
+        post_fenced_read(t, id);
+        return;
+    }
     k        = rng_below(&t->rng, 100);
     len      = random_len(t);
     wr.flags = rng_pct(&t->rng, 80) ? VQP_SEND_SIGNALED : 0;
@@ -809,6 +876,9 @@ static void post_one(trial_t *t)
           wr.opcode, ucs_status_string(status));
     ++t->posted;
     t->bad_posted |= op->bad;
+    if ((wr.opcode == VQP_OP_WRITE) && (len > 0) && !op->bad) {
+        t->last_write = (int)id;
+    }
     if (wr.flags & VQP_SEND_INLINE) {
         /* Copied at the post: what the source holds later does not count. */
         memset(t->a.buf + off, 0xee, len);
@@ -883,6 +953,7 @@ static void trial_setup(trial_t *t, uint64_t seed)
     t->seed             = seed;
     t->rng.s            = seed * 0x2545f4914f6cdd1dull + 1;
     t->last_report      = -1;
+    t->last_write       = -1;
     t->num_qps          = qps[rng_below(&t->rng, ucs_static_array_size(qps))];
     t->num_devs         = rng_pct(&t->rng, 25) ? 2 : 1;
     t->lb               = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
@@ -1064,10 +1135,11 @@ static void trial_drain_and_check(trial_t *t)
                   op->len, op->inl_scribbled ? ", inline" : "");
             break;
         case VQP_OP_READ:
-            if ((op->status != UCS_OK) && op_may_fail(t, op)) {
+            if (((op->status != UCS_OK) && op_may_fail(t, op)) ||
+                (op->fence_read && (t->ops[op->data_id].status != UCS_OK))) {
                 break;
             }
-            CHECK(t, pattern_ok(t->a.buf + op->loff, op->len, id),
+            CHECK(t, pattern_ok(t->a.buf + op->loff, op->len, op->data_id),
                   "READ %u (%" PRIu64 " bytes) not in place at the end", id,
                   op->len);
             break;
