@@ -145,6 +145,7 @@ typedef struct trial {
     int bad_posted;      /* one was posted: anything may fail from now on */
     unsigned notif_seen; /* notifications b received (slots used) */
     int last_write;      /* the newest WRITE with data, or -1 */
+    vqp_srq_t *srq;      /* b's SENDs land in a shared receive queue */
     unsigned signaled_reports;
     int destroying;
     unsigned cb_depth;
@@ -167,12 +168,13 @@ static int verbose;
 static void trial_describe(const trial_t *t, char *buf, size_t max)
 {
     snprintf(buf, max,
-             "seed %" PRIu64 ": %u QPs on %u devices %s, frag %" PRIu64
+             "seed %" PRIu64 ": %u QPs on %u devices %s%s, frag %" PRIu64
              " stripe %" PRIu64
              ", max_outstanding %u, max_ops %u, %s%s%s%s, %u kills at ops "
              "%u%s %u%s %u%s, send QP kill at %d, %u ops%s%s",
              t->seed, t->num_qps, t->num_devs,
-             (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray", t->frag_size,
+             (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray",
+             (t->srq != NULL) ? " (b on an SRQ)" : "", t->frag_size,
              t->stripe_threshold, t->max_outstanding, t->max_ops,
              t->use_cb ? "callback" : "poll", t->reorder ? ", reorder" : "",
              t->exec_auto ? ", exec auto" : "", t->delays ? ", delays" : "",
@@ -450,7 +452,10 @@ static void post_recv_buf(trial_t *t)
     rwr.lkey[0] = t->b.lkey[0];
     rwr.lkey[1] = t->b.lkey[1];
     memset(t->b.buf + RECV_OFF + (uint64_t)slot * RECV_LEN, 0xa5, RECV_LEN);
-    CHECK(t, vqp_post_recv(t->b.vqp, &rwr) == UCS_OK, "receive post failed");
+    CHECK(t,
+          ((t->srq != NULL) ? vqp_srq_post_recv(t->srq, &rwr)
+                            : vqp_post_recv(t->b.vqp, &rwr)) == UCS_OK,
+          "receive post failed");
     ++t->recv_posted;
 }
 
@@ -469,18 +474,20 @@ static void on_b_wc(trial_t *t, const vqp_wc_t *wc)
     unsigned id, slot;
 
     if ((wc->opcode == VQP_OP_RECV_NOTIFY) && (t->num_qps > 1)) {
-        CHECK(t, t->notifies < t->imm_posted, "notification never sent");
         CHECK(t, wc->wr_id == 1000000 + t->notif_seen,
               "notification %u in slot %" PRIu64, t->notif_seen, wc->wr_id);
         ++t->notif_seen;
         if (wc->status != UCS_OK) {
             /* DQPLB: a WRITE_IMM whose data failed for good is notified as
-             * failed, in its place. */
-            CHECK(t, t->bad_posted, "notification %u failed: %s",
-                  t->notif_seen - 1, ucs_status_string(wc->status));
+             * failed, in its place; and once b has no data QP left, every
+             * slot it holds fails. */
+            CHECK(t, t->bad_posted || t->destroying,
+                  "notification %u failed: %s", t->notif_seen - 1,
+                  ucs_status_string(wc->status));
             ++t->notifies;
             return;
         }
+        CHECK(t, t->notifies < t->imm_posted, "notification never sent");
         /* SPRAY notifies nothing for a WRITE_IMM whose data failed. */
         while (t->bad_posted && (t->notifies + 1 < t->imm_posted) &&
                (t->ops[t->imm_ops[t->notifies]].imm != wc->imm)) {
@@ -496,7 +503,7 @@ static void on_b_wc(trial_t *t, const vqp_wc_t *wc)
         ++t->notifies;
         return;
     }
-    if ((wc->status != UCS_OK) && t->bad_posted) {
+    if ((wc->status != UCS_OK) && (t->bad_posted || t->destroying)) {
         /* The responder's QP failed too (a remote access error ends it on
          * both sides): its receives are flushed. */
         return;
@@ -540,6 +547,15 @@ static void on_b_wc(trial_t *t, const vqp_wc_t *wc)
     post_recv_buf(t);
 }
 
+/* b's completions by callback (a virtual QP on an SRQ takes no other). */
+static void b_cb(void *arg, const vqp_wc_t *wc)
+{
+    trial_t *t = arg;
+
+    CHECK(t, wc->vqp == t->b.vqp, "b's callback with another virtual QP");
+    on_b_wc(t, wc);
+}
+
 /* One progress round of both sides, polling random batch sizes. */
 static unsigned progress(trial_t *t)
 {
@@ -554,6 +570,9 @@ static unsigned progress(trial_t *t)
             on_report(t, &wcs[i]);
         }
         got += n;
+    }
+    if (t->srq != NULL) {
+        return got + vqp_cq_progress(t->b.cq); /* b_cb */
     }
     n = vqp_cq_poll(t->b.cq, wcs, 1 + rng_below(&t->rng, 64));
     for (i = 0; i < n; ++i) {
@@ -1026,6 +1045,12 @@ static void trial_setup(trial_t *t, uint64_t seed)
     assert_int_equal(vqp_create(&params, &t->a.vqp), UCS_OK);
     params.cq      = t->b.cq;
     params.comp_cb = NULL;
+    if (rng_pct(&t->rng, 30)) {
+        assert_int_equal(vqp_srq_create(t->b.cq, RECV_BUFS, &t->srq), UCS_OK);
+        params.srq      = t->srq;
+        params.comp_cb  = b_cb;
+        params.comp_arg = t;
+    }
     assert_int_equal(vqp_create(&params, &t->b.vqp), UCS_OK);
     assert_int_equal(vqp_address_pack(t->a.vqp, addr_a, sizeof(addr_a), &len_a),
                      UCS_OK);
@@ -1298,8 +1323,13 @@ static void run_trial(uint64_t seed)
         /* The receiver may still see what arrived; drain it. */
         for (k = 0; k < 1000; ++k) {
             vqp_wc_t wcs[64];
-            unsigned n = vqp_cq_poll(t->b.cq, wcs, 64), i;
+            unsigned n, i;
 
+            if (t->srq != NULL) {
+                vqp_cq_progress(t->b.cq); /* b_cb, failures left out */
+                continue;
+            }
+            n = vqp_cq_poll(t->b.cq, wcs, 64);
             for (i = 0; i < n; ++i) {
                 if (wcs[i].status == UCS_OK) {
                     on_b_wc(t, &wcs[i]);
@@ -1310,6 +1340,11 @@ static void run_trial(uint64_t seed)
         trial_drain_and_check(t);
     }
     side_close(&t->a);
+    if (t->srq != NULL) {
+        vqp_destroy(t->b.vqp);
+        t->b.vqp = NULL;
+        assert_int_equal(vqp_srq_destroy(t->srq, NULL, NULL), UCS_OK);
+    }
     side_close(&t->b);
     free(t);
 }
