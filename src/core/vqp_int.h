@@ -34,7 +34,7 @@
     0x80u                        /* the NOPs that let a fenced operation's \
                                   * predecessors complete were posted */
 #define VQP_OP_STRIPED     0x40u /* cut into fragments over the data QPs */
-#define VQP_OP_TAIL_POSTED 0x20u /* notify / final / NOPs posted, or none */
+#define VQP_OP_TAIL_POSTED 0x20u /* notify / final / NOPs posted */
 /* An atomic (its result to copy out at the report): set at post, so the
  * report tests the flags it loads anyway instead of the opcode. */
 #define VQP_OP_ATOMIC 0x10u

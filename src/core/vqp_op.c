@@ -533,8 +533,14 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_seq_next(vqp_t *vqp)
 
 static void vqp_op_fail_unposted(vqp_t *vqp, vqp_op_t *op, ucs_status_t status)
 {
-    uint32_t unposted =
-        op->nfrags - op->posted + !(op->flags & VQP_OP_TAIL_POSTED);
+    /* Of striped operations only a WRITE_IMM has a WQE after its data (the
+     * DQPLB FINAL or the SPRAY notify); a WRITE or READ failed before all
+     * its data went out would otherwise lose one WQE too many from its
+     * count. Others: their one WQE, or a FLUSH's or PROBE's placeholder. */
+    uint32_t tail =
+        !(op->flags & VQP_OP_TAIL_POSTED) &&
+        (!(op->flags & VQP_OP_STRIPED) || (op->opcode == VQP_OP_WRITE_IMM));
+    uint32_t unposted = op->nfrags - op->posted + tail;
 
     if (op->status == UCS_OK) {
         op->status = status;
@@ -1557,11 +1563,7 @@ static UCS_F_ALWAYS_INLINE void vqp_op_set_striped(vqp_t *vqp, vqp_op_t *op,
     uint32_t nfrags =
         (wr->length == 0) ? 1 : ((wr->length - 1) >> vqp->frag_shift) + 1;
 
-    /* Only a WRITE_IMM has a WQE after its data (the DQPLB FINAL or the
-     * SPRAY notify): the others' tail is posted from the start, or failing
-     * them before all their data went out would count one WQE too many. */
-    op->flags = (wr->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED |
-                (wr->opcode != VQP_OP_WRITE_IMM ? VQP_OP_TAIL_POSTED : 0);
+    op->flags     = (wr->flags & ~VQP_SEND_INLINE) | VQP_OP_STRIPED;
     op->nfrags    = nfrags;
     op->remaining = nfrags + (wr->opcode == VQP_OP_WRITE_IMM);
 }
