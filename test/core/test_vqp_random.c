@@ -114,6 +114,8 @@ typedef struct trial {
     /* configuration */
     unsigned num_qps;
     unsigned num_devs; /* per side */
+    uint32_t cqe;      /* the CQs' entries, small to run out of credits; 0:
+                        * the default */
     vqp_lb_t lb;
     uint64_t frag_size;
     uint64_t stripe_threshold;
@@ -170,12 +172,13 @@ static void trial_describe(const trial_t *t, char *buf, size_t max)
     snprintf(buf, max,
              "seed %" PRIu64 ": %u QPs on %u devices %s%s, frag %" PRIu64
              " stripe %" PRIu64
-             ", max_outstanding %u, max_ops %u, %s%s%s%s, %u kills at ops "
+             ", max_outstanding %u, max_ops %u, CQ %u, %s%s%s%s, %u kills at "
+             "ops "
              "%u%s %u%s %u%s, send QP kill at %d, %u ops%s%s",
              t->seed, t->num_qps, t->num_devs,
              (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray",
              (t->srq != NULL) ? " (b on an SRQ)" : "", t->frag_size,
-             t->stripe_threshold, t->max_outstanding, t->max_ops,
+             t->stripe_threshold, t->max_outstanding, t->max_ops, t->cqe,
              t->use_cb ? "callback" : "poll", t->reorder ? ", reorder" : "",
              t->exec_auto ? ", exec auto" : "", t->delays ? ", delays" : "",
              t->kills, t->kill_at[0], t->kill_b[0] ? "b" : "", t->kill_at[1],
@@ -262,6 +265,9 @@ static void side_open(trial_t *t, side_t *s, const char *faults)
     }
     cqp.num_devs = s->num_devs;
     cqp.max_poll = 1 + rng_below(&t->rng, 64);
+    if (t->cqe != 0) {
+        cqp.cqe = t->cqe;
+    }
     assert_int_equal(vqp_cq_create(&cqp, &s->cq), UCS_OK);
 }
 
@@ -966,17 +972,19 @@ static void trial_setup(trial_t *t, uint64_t seed)
     vqp_params_t params;
     char addr_a[4096], addr_b[4096];
     size_t len_a, len_b;
+    ucs_status_t status;
     unsigned i;
 
     memset(t, 0, sizeof(*t));
-    t->seed             = seed;
-    t->rng.s            = seed * 0x2545f4914f6cdd1dull + 1;
-    t->last_report      = -1;
-    t->last_write       = -1;
-    t->num_qps          = qps[rng_below(&t->rng, ucs_static_array_size(qps))];
-    t->num_devs         = rng_pct(&t->rng, 25) ? 2 : 1;
-    t->lb               = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
-    t->frag_size        = frag_sizes[rng_below(&t->rng, 3)];
+    t->seed        = seed;
+    t->rng.s       = seed * 0x2545f4914f6cdd1dull + 1;
+    t->last_report = -1;
+    t->last_write  = -1;
+    t->num_qps     = qps[rng_below(&t->rng, ucs_static_array_size(qps))];
+    t->num_devs    = rng_pct(&t->rng, 25) ? 2 : 1;
+    t->cqe         = rng_pct(&t->rng, 30) ? (64u << rng_below(&t->rng, 3)) : 0;
+    t->lb          = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
+    t->frag_size   = frag_sizes[rng_below(&t->rng, 3)];
     t->stripe_threshold = t->frag_size >> rng_below(&t->rng, 3);
     t->max_outstanding  = 2u << rng_below(&t->rng, 4); /* 2..16 */
     t->max_ops          = 8u << rng_below(&t->rng, 5); /* 8..128 */
@@ -1042,7 +1050,30 @@ static void trial_setup(trial_t *t, uint64_t seed)
         params.comp_cb  = trial_cb;
         params.comp_arg = t;
     }
-    assert_int_equal(vqp_create(&params, &t->a.vqp), UCS_OK);
+    status = vqp_create(&params, &t->a.vqp);
+    if ((status == UCS_ERR_EXCEEDS_LIMIT) && (t->cqe != 0)) {
+        /* the receives it reserves do not fit: a CQ of the default size */
+        vqp_cq_params_t cqp;
+        unsigned d;
+
+        vqp_cq_params_default(&cqp);
+        for (side_t *sd = &t->a; sd != NULL;
+             sd         = (sd == &t->a) ? &t->b : NULL) {
+            assert_int_equal(vqp_cq_destroy(sd->cq), UCS_OK);
+            for (d = 0; d < sd->num_devs; ++d) {
+                cqp.devs[d] = sd->dev[d];
+            }
+            cqp.num_devs = sd->num_devs;
+            assert_int_equal(vqp_cq_create(&cqp, &sd->cq), UCS_OK);
+        }
+        if (verbose) {
+            print_message("CQ of %u entries too small: the default\n", t->cqe);
+        }
+        t->cqe    = 0;
+        params.cq = t->a.cq;
+        status    = vqp_create(&params, &t->a.vqp);
+    }
+    assert_int_equal(status, UCS_OK);
     params.cq      = t->b.cq;
     params.comp_cb = NULL;
     if (rng_pct(&t->rng, 30)) {
@@ -1212,6 +1243,10 @@ static void trial_drain_and_check(trial_t *t)
               t->a.vqp->ops[i].remaining);
     }
     vqp_query_stats(t->a.vqp, &stats);
+    if (verbose) {
+        print_message("  %" PRIu64 " credit waits, %" PRIu64 " replays\n",
+                      stats.credit_waits, stats.frags_replayed);
+    }
     CHECK(t, stats.ops_posted == t->posted, "stats: %" PRIu64 " posted, not %u",
           stats.ops_posted, t->posted);
     CHECK(t, stats.ops_completed == t->posted,
