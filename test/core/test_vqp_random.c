@@ -2,7 +2,8 @@
  * Multi-QP core, randomized: seeded trials of random configurations (QP
  * count, one or two devices per side, load balancing, fragment size, stripe
  * threshold, ring sizes, completions by callback or by poll, the CQ's poll
- * budget) and random operation streams (WRITE, WRITE_IMM, READ, SEND,
+ * budget, its size, a second pair of virtual QPs with WRITEs of its own on
+ * the same CQs) and random operation streams (WRITE, WRITE_IMM, READ, SEND,
  * SEND_IMM, every atomic on 4 and 8 bytes, FLUSH, PROBE; signaled or not,
  * fenced, inline), polled at random moments with random batch sizes, posts
  * from inside completion callbacks, CQEs of different QPs reordered and
@@ -108,6 +109,20 @@ typedef struct model_op {
     ucs_status_t status;
 } model_op_t;
 
+/* A second pair of virtual QPs on the same CQs, with WRITEs of its own:
+ * its QPs' CQEs interleave with the main pair's, they share the CQ credits
+ * and the CQ's list of virtual QPs to advance. */
+#define BG_MAX 2000
+#define BG_ID  100000u /* pattern ids of its operations */
+
+typedef struct bg {
+    vqp_t *a, *b;
+    unsigned posted, reported, signaled;
+    int64_t last;
+    uint64_t off[BG_MAX], len[BG_MAX];
+    uint8_t sig[BG_MAX], rep[BG_MAX];
+} bg_t;
+
 typedef struct trial {
     uint64_t seed;
     rng_t rng;
@@ -148,6 +163,7 @@ typedef struct trial {
     unsigned notif_seen; /* notifications b received (slots used) */
     int last_write;      /* the newest WRITE with data, or -1 */
     vqp_srq_t *srq;      /* b's SENDs land in a shared receive queue */
+    bg_t *bg;            /* the second pair, or NULL */
     unsigned signaled_reports;
     int destroying;
     unsigned cb_depth;
@@ -199,8 +215,9 @@ static void trial_fail(const trial_t *t, const char *fmt, ...)
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
     trial_describe(t, conf, sizeof(conf));
-    fail_msg("%s [%s; posted %u, reports %u, last %" PRId64 "]", what, conf,
-             t->posted, t->reports, t->last_report);
+    fail_msg("%s [%s%s; posted %u, reports %u, last %" PRId64 "]", what, conf,
+             (t->bg != NULL) ? ", a second pair" : "", t->posted, t->reports,
+             t->last_report);
 }
 
 #define CHECK(_t, _cond, ...)              \
@@ -446,6 +463,35 @@ static void trial_cb(void *arg, const vqp_wc_t *wc)
     }
 }
 
+/* A report of the second pair: once, in order, its data in place. */
+static void bg_report(trial_t *t, const vqp_wc_t *wc)
+{
+    bg_t *bg    = t->bg;
+    uint64_t id = wc->wr_id;
+
+    CHECK(t, wc->vqp == bg->a, "second pair: report of another virtual QP");
+    CHECK(t, id < bg->posted, "second pair: wr_id %" PRIu64 " never posted",
+          id);
+    CHECK(t, !bg->rep[id], "second pair: wr_id %" PRIu64 " reported twice", id);
+    CHECK(t, (int64_t)id > bg->last,
+          "second pair: wr_id %" PRIu64 " after %" PRId64, id, bg->last);
+    CHECK(t, wc->status == UCS_OK, "second pair: wr_id %" PRIu64 " failed: %s",
+          id, ucs_status_string(wc->status));
+    CHECK(t, bg->sig[id], "second pair: unsignaled wr_id %" PRIu64 " reported",
+          id);
+    CHECK(t,
+          pattern_ok(t->b.buf + bg->off[id], bg->len[id], BG_ID + (unsigned)id),
+          "second pair: WRITE %" PRIu64 " not in place at its report", id);
+    bg->rep[id] = 1;
+    bg->last    = (int64_t)id;
+    ++bg->reported;
+}
+
+static void bg_cb(void *arg, const vqp_wc_t *wc)
+{
+    bg_report(arg, wc);
+}
+
 /* The receiver: notifications and receives in order, buffers reposted. */
 static void post_recv_buf(trial_t *t)
 {
@@ -573,7 +619,11 @@ static unsigned progress(trial_t *t)
     } else {
         n = vqp_cq_poll(t->a.cq, wcs, 1 + rng_below(&t->rng, 64));
         for (i = 0; i < n; ++i) {
-            on_report(t, &wcs[i]);
+            if ((t->bg != NULL) && (wcs[i].vqp == t->bg->a)) {
+                bg_report(t, &wcs[i]);
+            } else {
+                on_report(t, &wcs[i]);
+            }
         }
         got += n;
     }
@@ -964,6 +1014,8 @@ static void post_flush(trial_t *t)
     ++t->posted;
 }
 
+static void bg_create(trial_t *t, const vqp_params_t *tmpl);
+
 static void trial_setup(trial_t *t, uint64_t seed)
 {
     static const uint64_t frag_sizes[] = {4096, 8192, 16384};
@@ -1091,6 +1143,9 @@ static void trial_setup(trial_t *t, uint64_t seed)
     assert_int_equal(vqp_connect(t->b.vqp, addr_a, len_a), UCS_OK);
     for (i = 0; i < RECV_BUFS; ++i) {
         post_recv_buf(t);
+    }
+    if (rng_pct(&t->rng, 35)) {
+        bg_create(t, &params);
     }
 }
 
@@ -1326,6 +1381,120 @@ static void trial_cancel_in_flight(trial_t *t)
     }
 }
 
+/* One WRITE of the second pair (@a flush: its final FLUSH instead). */
+static void bg_post(trial_t *t, int flush)
+{
+    bg_t *bg         = t->bg;
+    unsigned k       = bg->posted, tries;
+    vqp_send_wr_t wr = {0};
+    uint64_t len = 0, off = 0;
+    ucs_status_t status;
+
+    if (k >= BG_MAX) {
+        return;
+    }
+    if (!flush) {
+        len = random_len(t);
+        off = arena_take(t, len);
+        if ((off == 0) && (len != 0)) {
+            return;
+        }
+        pattern(t->a.buf + off, len, BG_ID + k);
+    }
+    wr.wr_id       = k;
+    wr.opcode      = flush ? VQP_OP_FLUSH : VQP_OP_WRITE;
+    wr.flags       = (flush || rng_pct(&t->rng, 80)) ? VQP_SEND_SIGNALED : 0;
+    wr.length      = len;
+    wr.local_addr  = (uintptr_t)t->a.buf + off;
+    wr.remote_addr = (uintptr_t)t->b.buf + off;
+    set_keys(t, &wr);
+    bg->off[k] = off;
+    bg->len[k] = len;
+    bg->sig[k] = (wr.flags & VQP_SEND_SIGNALED) != 0;
+    ++bg->posted; /* a FLUSH may be reported inside its post */
+    for (tries = 0; (status = vqp_post_send(bg->a, &wr)) == UCS_ERR_NO_RESOURCE;
+         ++tries) {
+        CHECK(t, tries < MAX_STEPS, "second pair: refused for %u tries", tries);
+        progress(t);
+    }
+    CHECK(t, status == UCS_OK, "second pair: post failed: %s",
+          ucs_status_string(status));
+    bg->signaled += bg->sig[k];
+}
+
+static void bg_create(trial_t *t, const vqp_params_t *tmpl)
+{
+    static const unsigned qps[] = {1, 2, 4};
+    vqp_params_t params         = *tmpl;
+    char addr_a[4096], addr_b[4096];
+    size_t len_a, len_b;
+    bg_t *bg;
+
+    bg = calloc(1, sizeof(*bg));
+    assert_non_null(bg);
+    bg->last               = -1;
+    params.num_qps         = qps[rng_below(&t->rng, 3)];
+    params.lb              = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
+    params.max_outstanding = 8;
+    params.max_ops         = 64;
+    params.max_recvs       = 0; /* WRITEs only: nothing to receive */
+    params.srq             = NULL;
+    params.cq              = t->a.cq;
+    params.comp_cb         = t->use_cb ? bg_cb : NULL;
+    params.comp_arg        = t;
+    if (vqp_create(&params, &bg->a) != UCS_OK) {
+        free(bg); /* a small CQ has no room for its QPs: without it */
+        return;
+    }
+    params.cq      = t->b.cq;
+    params.comp_cb = NULL;
+    if (vqp_create(&params, &bg->b) != UCS_OK) {
+        vqp_destroy(bg->a);
+        free(bg);
+        return;
+    }
+    assert_int_equal(vqp_address_pack(bg->a, addr_a, sizeof(addr_a), &len_a),
+                     UCS_OK);
+    assert_int_equal(vqp_address_pack(bg->b, addr_b, sizeof(addr_b), &len_b),
+                     UCS_OK);
+    assert_int_equal(vqp_connect(bg->a, addr_b, len_b), UCS_OK);
+    assert_int_equal(vqp_connect(bg->b, addr_a, len_a), UCS_OK);
+    t->bg = bg;
+}
+
+/* The second pair's operations all reported, their data in place. */
+static void bg_drain_and_destroy(trial_t *t)
+{
+    bg_t *bg = t->bg;
+    unsigned steps, k;
+
+    if (bg == NULL) {
+        return;
+    }
+    bg_post(t, 1);
+    for (steps = 0; (steps < MAX_STEPS) && ((bg->reported < bg->signaled) ||
+                                            (vqp_ops_in_flight(bg->a) != 0));
+         ++steps) {
+        progress(t);
+    }
+    CHECK(t, steps < MAX_STEPS, "second pair: %u of %u reports, %u in flight",
+          bg->reported, bg->signaled, vqp_ops_in_flight(bg->a));
+    for (k = 0; k < bg->posted; ++k) {
+        CHECK(t, bg->rep[k] == bg->sig[k], "second pair: wr_id %u reported %d",
+              k, bg->rep[k]);
+        CHECK(t, pattern_ok(t->b.buf + bg->off[k], bg->len[k], BG_ID + k),
+              "second pair: WRITE %u not in place at the end", k);
+    }
+    if (verbose) {
+        print_message("  second pair: %u operations, %u reported\n", bg->posted,
+                      bg->reported);
+    }
+    vqp_destroy(bg->a);
+    vqp_destroy(bg->b);
+    free(bg);
+    t->bg = NULL;
+}
+
 static void run_trial(uint64_t seed)
 {
     trial_t *t = calloc(1, sizeof(*t));
@@ -1335,7 +1504,9 @@ static void run_trial(uint64_t seed)
     trial_setup(t, seed);
     while (t->posted < t->ops_target) {
         k = rng_below(&t->rng, 100);
-        if (k < 60) {
+        if ((t->bg != NULL) && rng_pct(&t->rng, 15)) {
+            bg_post(t, 0);
+        } else if (k < 60) {
             post_one(t);
         } else if (k < 63) {
             /* a burst without polling */
@@ -1374,6 +1545,7 @@ static void run_trial(uint64_t seed)
     } else {
         trial_drain_and_check(t);
     }
+    bg_drain_and_destroy(t);
     side_close(&t->a);
     if (t->srq != NULL) {
         vqp_destroy(t->b.vqp);
