@@ -2,22 +2,24 @@
  * Multi-QP core, randomized: seeded trials of random configurations (QP
  * count, one or two devices per side, load balancing, fragment size, stripe
  * threshold, ring sizes, completions by callback or by poll, the CQ's poll
- * budget, its size, a second pair of virtual QPs with WRITEs of its own on
+ * budget and size, a second pair of virtual QPs with WRITEs of its own on
  * the same CQs) and random operation streams (WRITE, WRITE_IMM, READ, SEND,
  * SEND_IMM, every atomic on 4 and 8 bytes, FLUSH, PROBE; signaled or not,
- * fenced, inline), polled at random moments with random batch sizes, posts
- * from inside completion callbacks, CQEs of different QPs reordered and
- * WQEs delayed by the software device, data QPs killed on either side and
- * the sender's send QP killed. Each trial checks the core's contract against
- * a model of what was posted: every signaled operation reported exactly
- * once, reports in posting order, an unsignaled one reported only when it
- * failed, no failure while a data QP survives (but for what has no other
- * QP once the send QP died), the data of every operation in place (an
- * inline one's as it was at the post), notifications and receives in order
- * with their immediate data, atomic results and words, the statistics,
- * every WQE counted once; and, when the trial ends by destroying the sender
- * or by vqp_cancel with operations in flight, each unreported one reported
- * once, done or canceled.
+ * fenced, inline, with bad remote keys), polled at random moments with
+ * random batch sizes, posts from inside completion callbacks, CQEs of
+ * different QPs reordered and WQEs delayed by the software device, data QPs
+ * killed on either side, the sender's send QP killed, transport errors on
+ * random WQEs. Each trial checks the core's contract against a model of
+ * what was posted: every signaled operation reported exactly once, reports
+ * in posting order, an unsignaled one reported only when it failed, no
+ * failure while a data QP survives (but for what has no other QP once the
+ * send QP died), the data of every operation in place (an inline one's as
+ * it was at the post; a fenced READ of the last WRITE's region reads that
+ * WRITE's data), notifications and receives in order with their immediate
+ * data, atomic results and words, the statistics, every WQE counted once;
+ * and, when the trial ends by destroying the sender or by vqp_cancel with
+ * operations in flight, each unreported one reported once, done or
+ * canceled.
  *
  * VQP_RANDOM_SEED=S runs the trials S, S + 1, ...; VQP_RANDOM_TRIALS=N how
  * many (default 40; 10 under valgrind). A failure prints the trial's seed
@@ -120,7 +122,7 @@ typedef struct bg {
     unsigned posted, reported, signaled;
     int64_t last;
     uint64_t off[BG_MAX], len[BG_MAX];
-    uint8_t sig[BG_MAX], rep[BG_MAX];
+    uint8_t sig[BG_MAX], rep[BG_MAX], failed[BG_MAX];
 } bg_t;
 
 typedef struct trial {
@@ -159,6 +161,7 @@ typedef struct trial {
     uint64_t killed_qps; /* bit per QP pair killed (either side) */
     int send_killed;     /* a's send QP was killed */
     int bad_ops;         /* the trial posts some operations with a bad key */
+    int chaos;           /* random transport errors (fault injection) */
     int bad_posted;      /* one was posted: anything may fail from now on */
     unsigned notif_seen; /* notifications b received (slots used) */
     int last_write;      /* the newest WRITE with data, or -1 */
@@ -199,7 +202,10 @@ static void trial_describe(const trial_t *t, char *buf, size_t max)
              t->exec_auto ? ", exec auto" : "", t->delays ? ", delays" : "",
              t->kills, t->kill_at[0], t->kill_b[0] ? "b" : "", t->kill_at[1],
              t->kill_b[1] ? "b" : "", t->kill_at[2], t->kill_b[2] ? "b" : "",
-             t->kill_send_at, t->ops_target, t->bad_ops ? ", bad keys" : "",
+             t->kill_send_at, t->ops_target,
+             t->bad_ops ? ", bad keys"
+             : t->chaos ? ", random transport errors"
+                        : "",
              t->destroy_end  ? ", destroy in flight"
              : t->cancel_end ? ", cancel in flight"
                              : "");
@@ -475,6 +481,13 @@ static void bg_report(trial_t *t, const vqp_wc_t *wc)
     CHECK(t, !bg->rep[id], "second pair: wr_id %" PRIu64 " reported twice", id);
     CHECK(t, (int64_t)id > bg->last,
           "second pair: wr_id %" PRIu64 " after %" PRId64, id, bg->last);
+    bg->rep[id] = 1;
+    bg->last    = (int64_t)id;
+    bg->reported += bg->sig[id];
+    if ((wc->status != UCS_OK) && t->chaos) {
+        bg->failed[id] = 1; /* its device injects errors too */
+        return;
+    }
     CHECK(t, wc->status == UCS_OK, "second pair: wr_id %" PRIu64 " failed: %s",
           id, ucs_status_string(wc->status));
     CHECK(t, bg->sig[id], "second pair: unsignaled wr_id %" PRIu64 " reported",
@@ -482,9 +495,6 @@ static void bg_report(trial_t *t, const vqp_wc_t *wc)
     CHECK(t,
           pattern_ok(t->b.buf + bg->off[id], bg->len[id], BG_ID + (unsigned)id),
           "second pair: WRITE %" PRIu64 " not in place at its report", id);
-    bg->rep[id] = 1;
-    bg->last    = (int64_t)id;
-    ++bg->reported;
 }
 
 static void bg_cb(void *arg, const vqp_wc_t *wc)
@@ -1070,8 +1080,12 @@ static void trial_setup(trial_t *t, uint64_t seed)
     if ((t->num_qps >= 2) && rng_pct(&t->rng, 12)) {
         t->kill_send_at = (int)rng_below(&t->rng, t->ops_target);
     }
-    t->delays      = rng_pct(&t->rng, 20);
-    t->bad_ops     = (t->num_qps >= 2) && rng_pct(&t->rng, 15);
+    t->delays  = rng_pct(&t->rng, 20);
+    t->bad_ops = (t->num_qps >= 2) && rng_pct(&t->rng, 15);
+    /* Transport errors on random WQEs of the sender's device (any QP, the
+     * send QP's included): from the start anything may fail. */
+    t->chaos       = (t->num_qps >= 2) && rng_pct(&t->rng, 12);
+    t->bad_posted  = t->chaos;
     t->destroy_end = t->use_cb && rng_pct(&t->rng, 20);
     t->cancel_end  = !t->destroy_end && rng_pct(&t->rng, 12);
     if (verbose) {
@@ -1079,10 +1093,11 @@ static void trial_setup(trial_t *t, uint64_t seed)
         print_message("trial %s\n", conf);
     }
 
-    snprintf(faults, sizeof(faults), "seed=%" PRIu64 "%s%s", seed,
+    snprintf(faults, sizeof(faults), "seed=%" PRIu64 "%s%s%s", seed,
              t->reorder ? ",reorder=0.3" : "",
-             t->delays ? ",delay_us=20,delay_prob=0.02" : "");
-    side_open(t, &t->a, (t->reorder || t->delays) ? faults : NULL);
+             t->delays ? ",delay_us=20,delay_prob=0.02" : "",
+             t->chaos ? ",err_prob=0.002:0x15" : "");
+    side_open(t, &t->a, (t->reorder || t->delays || t->chaos) ? faults : NULL);
     side_open(t, &t->b, NULL);
 
     vqp_params_default(&params);
@@ -1417,6 +1432,10 @@ static void bg_post(trial_t *t, int flush)
         CHECK(t, tries < MAX_STEPS, "second pair: refused for %u tries", tries);
         progress(t);
     }
+    if ((status != UCS_OK) && t->chaos) {
+        bg->failed[k] = 1; /* refused: no QP left */
+        return;
+    }
     CHECK(t, status == UCS_OK, "second pair: post failed: %s",
           ucs_status_string(status));
     bg->signaled += bg->sig[k];
@@ -1480,6 +1499,9 @@ static void bg_drain_and_destroy(trial_t *t)
     CHECK(t, steps < MAX_STEPS, "second pair: %u of %u reports, %u in flight",
           bg->reported, bg->signaled, vqp_ops_in_flight(bg->a));
     for (k = 0; k < bg->posted; ++k) {
+        if (bg->failed[k]) {
+            continue;
+        }
         CHECK(t, bg->rep[k] == bg->sig[k], "second pair: wr_id %u reported %d",
               k, bg->rep[k]);
         CHECK(t, pattern_ok(t->b.buf + bg->off[k], bg->len[k], BG_ID + k),
