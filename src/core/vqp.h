@@ -211,7 +211,9 @@ unsigned vqp_send_avail(const vqp_t *vqp);
 
 /* The same for an operation with VQP_SEND_INLINE and @a flags (its
  * VQP_SEND_FENCE counts): inline data must go into a WQE within the call, so
- * it also needs room on the send QP with nothing waiting ahead of it. */
+ * it also needs room on the send QP with nothing waiting ahead of it. Once
+ * the send QP died such a post fails with its error: not counted as a lack
+ * of room. */
 unsigned vqp_send_avail_inline(const vqp_t *vqp, unsigned flags);
 
 /* Operations posted and not reported yet (0: nothing to flush). */

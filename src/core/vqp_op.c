@@ -1904,7 +1904,12 @@ unsigned vqp_send_avail(const vqp_t *vqp)
 
 unsigned vqp_send_avail_inline(const vqp_t *vqp, unsigned flags)
 {
-    return vqp_inline_room(vqp, flags) ? vqp_send_avail(vqp) : 0;
+    /* Once the send QP died an inline post fails with its error, which no
+     * wait would change: not a lack of room (0 would keep a caller's
+     * queued requests waiting for good). */
+    return (vqp_inline_room(vqp, flags) || !vqp->send_qp->alive)
+               ? vqp_send_avail(vqp)
+               : 0;
 }
 
 unsigned vqp_ops_in_flight(const vqp_t *vqp)
