@@ -759,6 +759,33 @@ static void model_atomic(trial_t *t, model_op_t *op, vqp_send_wr_t *wr)
     }
 }
 
+/* vqp_post_send, again after progress while the core has no room; from
+ * inside a callback it gives up at once (UCS_ERR_NO_RESOURCE). While one of
+ * the main pair's operations is posted, its report may come (a FLUSH with
+ * nothing ahead of it), and callbacks post nothing of their own (this one
+ * has the next index). */
+static ucs_status_t post_retry(trial_t *t, vqp_t *vqp, const vqp_send_wr_t *wr)
+{
+    ucs_status_t status;
+    unsigned tries;
+
+    t->in_post = (vqp == t->a.vqp);
+    for (tries = 0; (status = vqp_post_send(vqp, wr)) == UCS_ERR_NO_RESOURCE;
+         ++tries) {
+        CHECK(t, tries < MAX_STEPS,
+              "wr_id %" PRIu64 " (opcode %d, flags 0x%x, %" PRIu64
+              " bytes) refused for %u tries (%u in flight)",
+              wr->wr_id, wr->opcode, wr->flags, wr->length, tries,
+              vqp_ops_in_flight(vqp));
+        if (t->cb_depth > 0) {
+            break; /* the caller gives this one up and goes on */
+        }
+        progress(t);
+    }
+    t->in_post = 0;
+    return status;
+}
+
 /* A fenced READ of the region the newest WRITE wrote, into a region of
  * its own: the fence makes it start after that WRITE completed, so it reads
  * the WRITE's data, whatever QPs each went on. */
@@ -769,7 +796,6 @@ static void post_fenced_read(trial_t *t, unsigned id)
     vqp_send_wr_t wr    = {0};
     ucs_status_t status;
     uint64_t off;
-    unsigned tries;
 
     off = arena_take(t, w->len);
     if (off == 0) {
@@ -791,18 +817,10 @@ static void post_fenced_read(trial_t *t, unsigned id)
     op->len        = w->len;
     op->data_id    = (unsigned)t->last_write;
     op->fence_read = 1;
-    t->in_post     = 1;
-    for (tries = 0;
-         (status = vqp_post_send(t->a.vqp, &wr)) == UCS_ERR_NO_RESOURCE;
-         ++tries) {
-        CHECK(t, tries < MAX_STEPS, "fenced READ refused for %u tries", tries);
-        if (t->cb_depth > 0) {
-            t->in_post = 0;
-            return;
-        }
-        progress(t);
+    status         = post_retry(t, t->a.vqp, &wr);
+    if (status == UCS_ERR_NO_RESOURCE) {
+        return;
     }
-    t->in_post = 0;
     if ((status != UCS_OK) && op_may_fail(t, op)) {
         return;
     }
@@ -815,7 +833,7 @@ static void post_fenced_read(trial_t *t, unsigned id)
 /* Post one random operation (retrying while the core has no room). */
 static void post_one(trial_t *t)
 {
-    unsigned id      = t->posted, k, tries;
+    unsigned id      = t->posted, k;
     vqp_send_wr_t wr = {0};
     model_op_t *op   = &t->ops[id];
     uint64_t len, off;
@@ -933,27 +951,10 @@ static void post_one(trial_t *t)
         break;
     }
 
-    /* While this operation is being posted, its report may come (a FLUSH
-     * with nothing ahead of it), and callbacks post nothing of their own
-     * (this one has the next index). */
-    t->in_post = 1;
-    for (tries = 0;; ++tries) {
-        status = vqp_post_send(t->a.vqp, &wr);
-        if (status != UCS_ERR_NO_RESOURCE) {
-            break;
-        }
-        CHECK(t, tries < MAX_STEPS,
-              "post of wr_id %u (opcode %d, flags 0x%x, %" PRIu64
-              " bytes) refused for %u tries (%u in flight)",
-              id, wr.opcode, wr.flags, len, tries, vqp_ops_in_flight(t->a.vqp));
-        if (t->cb_depth > 0) {
-            /* From a callback: give up this one, the caller goes on. */
-            t->in_post = 0;
-            return;
-        }
-        progress(t);
+    status = post_retry(t, t->a.vqp, &wr);
+    if (status == UCS_ERR_NO_RESOURCE) {
+        return; /* from a callback: given up */
     }
-    t->in_post = 0;
     if ((status != UCS_OK) && op_may_fail(t, op)) {
         return; /* refused: its QP is gone; not posted */
     }
@@ -994,7 +995,6 @@ static void post_one(trial_t *t)
 static void post_flush(trial_t *t)
 {
     vqp_send_wr_t wr = {0};
-    unsigned tries;
     ucs_status_t status;
 
     CHECK(t, t->posted < MAX_OPS, "no room for the final FLUSH");
@@ -1004,14 +1004,7 @@ static void post_flush(trial_t *t)
     wr.flags                 = VQP_SEND_SIGNALED;
     t->ops[t->posted].opcode = VQP_OP_FLUSH;
     t->ops[t->posted].flags  = wr.flags;
-    t->in_post               = 1;
-    for (tries = 0;
-         (status = vqp_post_send(t->a.vqp, &wr)) == UCS_ERR_NO_RESOURCE;
-         ++tries) {
-        CHECK(t, tries < MAX_STEPS, "final FLUSH refused for %u tries", tries);
-        progress(t);
-    }
-    t->in_post = 0;
+    status                   = post_retry(t, t->a.vqp, &wr);
     if ((status != UCS_OK) && t->bad_posted) {
         if (verbose) {
             print_message("final FLUSH refused: %s\n",
@@ -1400,7 +1393,7 @@ static void trial_cancel_in_flight(trial_t *t)
 static void bg_post(trial_t *t, int flush)
 {
     bg_t *bg         = t->bg;
-    unsigned k       = bg->posted, tries;
+    unsigned k       = bg->posted;
     vqp_send_wr_t wr = {0};
     uint64_t len = 0, off = 0;
     ucs_status_t status;
@@ -1427,11 +1420,7 @@ static void bg_post(trial_t *t, int flush)
     bg->len[k] = len;
     bg->sig[k] = (wr.flags & VQP_SEND_SIGNALED) != 0;
     ++bg->posted; /* a FLUSH may be reported inside its post */
-    for (tries = 0; (status = vqp_post_send(bg->a, &wr)) == UCS_ERR_NO_RESOURCE;
-         ++tries) {
-        CHECK(t, tries < MAX_STEPS, "second pair: refused for %u tries", tries);
-        progress(t);
-    }
+    status = post_retry(t, bg->a, &wr);
     if ((status != UCS_OK) && t->chaos) {
         bg->failed[k] = 1; /* refused: no QP left */
         return;
