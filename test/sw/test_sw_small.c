@@ -991,7 +991,7 @@ static int child_produce(pside_t *s, unsigned c, unsigned n)
 pside_t left_open;
 
 /* Child: receive @a n messages into 512-byte slots and send each back
- * (same bytes, imm + 1); mode 'x': exit right after connect, receives
+ * (same bytes, imm + 1); mode 'x': exit once the parent connected, receives
  * posted, without closing; mode 't': as 'e', but the device is opened by
  * a thread that ends before any traffic (its life lock turns owner-died
  * while the process lives on); modes 'p' and 'q': producers 0 and 1
@@ -1023,8 +1023,14 @@ static int child_main(int rfd, int wfd, char mode, unsigned n)
     }
     if ((write(wfd, "r", 1) != 1) || (mode == 'x')) {
         /* 'x' exits without closing, on purpose: what it leaves open stays
-         * reachable (no leak for valgrind to report). */
+         * reachable (no leak for valgrind to report). It waits for the
+         * parent's word first: until the parent has mapped its segment, a
+         * device opened by any other process (make -j check) could remove
+         * it as a dead process's leftover. */
         left_open = s;
+        if (mode == 'x') {
+            (void)xread(rfd, &c, 1);
+        }
         return 0;
     }
     if ((mode == 'p') || (mode == 'q')) {
@@ -1243,6 +1249,7 @@ static void test_small_dead_peer(void **state)
 
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
         pid = proc_start(&s, 'x', 0, &to_child, &from_child);
+        assert_int_equal(write(to_child, "x", 1), 1); /* we are connected */
         memset(&si, 0, sizeof(si));
         assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
         sw_test_dseg(&s.qp, 1, s.buf, sizes[i], s.lkey);
@@ -1259,6 +1266,10 @@ static void test_small_dead_peer(void **state)
         vqp_sw_dev_close(s.dev);
         free(s.buf);
     }
+    /* A device opened now removes the last child's segment (a dead
+     * process's, in this program's namespace, where nobody else would). */
+    assert_int_equal(vqp_sw_dev_open("vqp_sw0", &s.dev), UCS_OK);
+    vqp_sw_dev_close(s.dev);
 }
 
 /* Two producer processes send staged SEND_IMMs of 257 B .. 2 KiB at once
@@ -1430,6 +1441,11 @@ int main(void)
      * a receiver the test left alone for a few milliseconds, which a loaded
      * machine makes happen. */
     setenv("VQP_SW_EXEC", "progress", 1);
+    /* Our own namespace too: a device another test opens meanwhile must not
+     * remove the segment of the dead peer test_small_dead_peer talks to. */
+    char ns[32];
+    snprintf(ns, sizeof(ns), "swsmall%u", (unsigned)getpid());
+    setenv("VQP_SW_NAMESPACE", ns, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_integrity),
         cmocka_unit_test(test_small_threshold),
