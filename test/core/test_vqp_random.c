@@ -22,7 +22,7 @@
  * canceled.
  *
  * VQP_RANDOM_SEED=S runs the trials S, S + 1, ...; VQP_RANDOM_TRIALS=N how
- * many (default 40; 10 under valgrind). A failure prints the trial's seed
+ * many (default 100; 10 under valgrind). A failure prints the trial's seed
  * and configuration, and VQP_RANDOM_VERBOSE=1 prints every trial's.
  */
 #include <config.h>
@@ -1576,7 +1576,7 @@ static void test_random(void **state)
 
     trials  = (n != NULL) ? (unsigned)strtoul(n, NULL, 0)
               : (getenv("VQP_TEST_VALGRIND") != NULL) ? 10
-                                                      : 40;
+                                                      : 100;
     verbose = (getenv("VQP_RANDOM_VERBOSE") != NULL);
     for (i = 0; i < trials; ++i) {
         run_trial(seed + i);
