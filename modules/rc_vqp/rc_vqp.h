@@ -18,10 +18,14 @@
 #include <uct/base/uct_iface.h>
 
 /* Immediate data of a SEND: the AM id, credits returned to the peer (flow
- * control piggy-backed on every message), and a flag for a message that
- * carries credits only. */
+ * control piggy-backed on every message), a flag for a message that carries
+ * credits only, and one for an AM that spent the sender's last credit: the
+ * receiver then returns what it owes at once (its own threshold is of its
+ * own window, and the sender's may be smaller: configured differently,
+ * that sender would wait for good). */
 #define UCT_RC_VQP_AM_ID_MASK     (UCT_AM_ID_MAX - 1)
 #define UCT_RC_VQP_IMM_GRANT      0x80u
+#define UCT_RC_VQP_IMM_LAST       0x40u
 #define UCT_RC_VQP_IMM_CRED_SHIFT 8
 #define UCT_RC_VQP_IMM_CRED_MAX   0xffffu
 
@@ -95,7 +99,8 @@ typedef struct uct_rc_vqp_iface {
     uct_recv_desc_t release_desc;
     size_t seg_size;
     size_t rx_headroom;
-    unsigned fc_wnd; /* AM credits of a new endpoint */
+    unsigned fc_wnd;          /* AM credits of a new endpoint */
+    unsigned fc_grant_thresh; /* credits owed that make a grant due */
     /* Endpoints whose flush(CANCEL) completion waits for the operations
      * still in flight (checked from progress: the last of them may end
      * without a completion of its own). */
@@ -124,7 +129,9 @@ enum {
     UCT_RC_VQP_EP_GRANT    = 1u << 7, /* on the iface's grant_eps list */
     /* Passive, and the active side has not said it connected yet (RTU
      * datagram or a first message): the keepalive leaves it unprobed. */
-    UCT_RC_VQP_EP_UNCONFIRMED = 1u << 8
+    UCT_RC_VQP_EP_UNCONFIRMED = 1u << 8,
+    /* The peer spent its last credit: the grant goes whatever is owed. */
+    UCT_RC_VQP_EP_GRANT_NOW = 1u << 9
 };
 
 typedef struct uct_rc_vqp_ep {

@@ -78,13 +78,15 @@ static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_can_send(uct_rc_vqp_ep_t *ep)
                                                : 0) != 0);
 }
 
-/* The immediate of an outgoing AM: its id and the credits owed. */
+/* The immediate of an outgoing AM: its id, the credits owed, and whether
+ * it spends the last credit. */
 static UCS_F_ALWAYS_INLINE uint32_t uct_rc_vqp_ep_am_imm(uct_rc_vqp_ep_t *ep,
                                                          uint8_t id)
 {
     unsigned credits = ucs_min(ep->fc_to_return, UCT_RC_VQP_IMM_CRED_MAX);
 
-    return id | (credits << UCT_RC_VQP_IMM_CRED_SHIFT);
+    return id | (credits << UCT_RC_VQP_IMM_CRED_SHIFT) |
+           ((ep->fc_credits == 1) ? UCT_RC_VQP_IMM_LAST : 0);
 }
 
 /* An AM went out carrying @a imm: its credit is spent, the returned ones
@@ -96,25 +98,36 @@ static UCS_F_ALWAYS_INLINE void uct_rc_vqp_ep_am_sent(uct_rc_vqp_ep_t *ep,
     ep->fc_to_return -= imm >> UCT_RC_VQP_IMM_CRED_SHIFT;
 }
 
-/* Return credits explicitly once half the window is owed and no AM went
- * back to carry them (one-directional traffic). */
+/* Return credits explicitly once half the sender's credits are owed and no
+ * AM went back to carry them (one-directional traffic), or at once when the
+ * sender spent its last one. Half of the credits, not of the window: the
+ * sender never has more than the window less the reserve, so a threshold
+ * above that (FC_WND_SIZE 5 or 6) was never reached and its AMs stopped for
+ * good. */
 static void uct_rc_vqp_ep_grant(uct_rc_vqp_ep_t *ep)
 {
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
     unsigned credits = ucs_min(ep->fc_to_return, UCT_RC_VQP_IMM_CRED_MAX);
-    vqp_send_wr_t wr = {0};
+    vqp_send_wr_t wr;
     ucs_status_t status;
 
-    if ((credits < ucs_max(iface->fc_wnd / 2, 1u)) ||
+    if (credits == 0) {
+        ep->flags &= ~UCT_RC_VQP_EP_GRANT_NOW; /* an AM carried them */
+        return;
+    }
+    if (((credits < iface->fc_grant_thresh) &&
+         !(ep->flags & UCT_RC_VQP_EP_GRANT_NOW)) ||
         !(ep->flags & UCT_RC_VQP_EP_CONNECTED)) {
         return;
     }
+    memset(&wr, 0, sizeof(wr));
     wr.opcode = VQP_OP_SEND_IMM;
     wr.flags  = VQP_SEND_INLINE;
     wr.imm    = UCT_RC_VQP_IMM_GRANT | (credits << UCT_RC_VQP_IMM_CRED_SHIFT);
     status    = vqp_post_send(ep->vqp, &wr);
     if (status == UCS_OK) {
         ep->fc_to_return -= credits;
+        ep->flags &= ~UCT_RC_VQP_EP_GRANT_NOW;
     } else if ((status == UCS_ERR_NO_RESOURCE) &&
                !(ep->flags & UCT_RC_VQP_EP_GRANT)) {
         /* No room now. The peer may be out of credits and send nothing
@@ -165,6 +178,9 @@ static void uct_rc_vqp_ep_recv(uct_rc_vqp_ep_t *ep, const vqp_wc_t *wc)
             return;
         }
         ++ep->fc_to_return;
+        if (wc->imm & UCT_RC_VQP_IMM_LAST) {
+            ep->flags |= UCT_RC_VQP_EP_GRANT_NOW;
+        }
     }
     if (!(wc->flags & VQP_WC_WITH_IMM)) {
         ucs_error("rc_vqp ep %p: message of %lu bytes without an AM id:"

@@ -622,8 +622,10 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->seg_size         = config->seg_size;
     self->ext_atomic_sizes = attr.ext_atomic_sizes;
     self->fc_wnd           = config->fc_wnd_size;
-    self->cancel_waiting   = 0;
-    self->release_desc.cb  = uct_rc_vqp_release_desc;
+    self->fc_grant_thresh =
+        ucs_max((config->fc_wnd_size - UCT_RC_VQP_FC_RESERVE) / 2, 1u);
+    self->cancel_waiting  = 0;
+    self->release_desc.cb = uct_rc_vqp_release_desc;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->pending_eps);
     ucs_list_head_init(&self->grant_eps);

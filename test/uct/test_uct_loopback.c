@@ -570,6 +570,52 @@ static void grant_without_room(char *lbuf, uct_mem_h lmemh, char *rbuf,
            grant.puts);
 }
 
+/* The smallest flow-control windows: FC_WND_SIZE 5 leaves the sender one
+ * credit (4 are kept for grants), 6 two. The receiver must return them
+ * before it owes more than that, or one-directional AMs stop for good; also
+ * when its own window is larger (interfaces configured differently). */
+static void small_windows(void)
+{
+    static const char *const wnds[][2] = {
+        {"5", "5"},   {"6", "6"},    {"7", "7"},  {"8", "8"},
+        {"5", "128"}, {"16", "128"}, {"128", "5"}};
+    const char *cfg[] = {"FC_WND_SIZE", NULL, NULL};
+    ucs_status_t st;
+    double deadline;
+    unsigned w;
+    uct_ep_h ep;
+    side_t c, d;
+    int i;
+
+    for (w = 0; w < sizeof(wnds) / sizeof(wnds[0]); ++w) {
+        side_cfg = cfg;
+        cfg[1]   = wnds[w][0];
+        open_side(&c);
+        cfg[1] = wnds[w][1];
+        open_side(&d);
+        side_cfg = NULL;
+        ep       = ep_to_iface(&c, &d);
+        deadline = now() + 10;
+        for (i = 0; i < 40; ++i) {
+            while ((st = uct_ep_am_short(ep, AM_ID, i, "wn", 2)) ==
+                   UCS_ERR_NO_RESOURCE) {
+                CHECK(now() < deadline,
+                      "FC_WND_SIZE %s, the receiver's %s: AM %d stuck without"
+                      " credits (%d received)",
+                      wnds[w][0], wnds[w][1], i, d.am_count);
+                uct_worker_progress(worker);
+            }
+            CHECK_OK(st);
+        }
+        wait_int(&d.am_count, 40, "small window: the last AM");
+        uct_ep_destroy(ep);
+        close_side(&c);
+        close_side(&d);
+    }
+    printf("ok - one-directional AMs with FC_WND_SIZE 5 to 8, and windows"
+           " smaller than the receiver's\n");
+}
+
 /* A memory domain on vqp_sw0 with md settings @a name = @a value and
  * @a name2 = @a value2 (NULL: not set); returns uct_md_open's status. */
 static ucs_status_t open_md_with2(const char *name, const char *value,
@@ -938,6 +984,7 @@ int main(int argc, char **argv)
     many_endpoints(&b, lbuf, lmemh, rbuf, rkey.rkey);
     stalled_connect();
     grant_without_room(lbuf, lmemh, rbuf, rkey.rkey);
+    small_windows();
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -954,6 +1001,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("13 passed, 0 failed\n");
+    printf("14 passed, 0 failed\n");
     return 0;
 }
