@@ -576,6 +576,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     size_t payload_offset, am_align, am_align_offset;
     vqp_cq_params_t cq_params;
     vqp_dev_attr_t attr;
+    unsigned qps;
     ucs_status_t status;
 
     UCS_CLASS_CALL_SUPER_INIT(
@@ -692,6 +693,20 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
         } else if (status != UCS_OK) {
             goto err_srq;
         }
+    }
+
+    /* The receive buffers reserve their CQ entries up front: a CQ they
+     * fill would fail every endpoint later, with a less clear cause. */
+    qps = config->num_qps + (config->num_qps > 1);
+    if (vqp_cq_room(self->cq) < qps + 1) {
+        ucs_error("rc_vqp: CQ_LEN=%u leaves %u entries beside those of the"
+                  " receive queue (RX_QUEUE_LEN=%u), and an endpoint of"
+                  " NUM_QPS=%u needs at least %u: make CQ_LEN larger or"
+                  " RX_QUEUE_LEN smaller",
+                  config->cq_len, vqp_cq_room(self->cq), config->rx_queue_len,
+                  config->num_qps, qps + 1);
+        status = UCS_ERR_INVALID_PARAM;
+        goto err_srq;
     }
 
     status = uct_rc_vqp_cm_init(self, config->connect_timeout,

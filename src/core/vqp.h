@@ -130,6 +130,10 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p);
 /* UCS_ERR_BUSY while virtual QPs still use it. */
 ucs_status_t vqp_cq_destroy(vqp_cq_t *cq);
 
+/* CQ entries neither reserved (receive queues, QPs) nor held by WQEs in
+ * flight, on the device that has the fewest. */
+uint32_t vqp_cq_room(const vqp_cq_t *cq);
+
 /* Runs the devices and handles at most max_poll CQEs per device, delivering
  * completions of callback-mode QPs. Returns the number of CQEs handled. */
 unsigned vqp_cq_progress(vqp_cq_t *cq);

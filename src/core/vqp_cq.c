@@ -287,6 +287,17 @@ ucs_status_t vqp_cq_reserve_wcs(vqp_cq_t *cq, int delta)
     return UCS_OK;
 }
 
+uint32_t vqp_cq_room(const vqp_cq_t *cq)
+{
+    int32_t room = INT32_MAX;
+    unsigned i;
+
+    for (i = 0; i < cq->num_devs; ++i) {
+        room = ucs_min(room, cq->devs[i].credits);
+    }
+    return (room > 0) ? (uint32_t)room : 0;
+}
+
 unsigned vqp_cq_progress(vqp_cq_t *cq)
 {
     unsigned i, count = 0;

@@ -315,6 +315,9 @@ static void am_alignment(side_t *dst_default)
     CHECK(open_side_ex(&s, NULL, NULL, UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET, 0,
                        8) == UCS_ERR_INVALID_PARAM,
           "an offset without alignment accepted");
+    /* Receive buffers that leave the CQ no room for an endpoint's QPs. */
+    CHECK(open_side_ex(&s, "4096", "4095", 0, 0, 0) == UCS_ERR_INVALID_PARAM,
+          "a CQ the receive queue fills accepted");
 
     /* Default: the payload is cache-line aligned. */
     CHECK(((uintptr_t)dst_default->am_ptr % 64) == 0,
