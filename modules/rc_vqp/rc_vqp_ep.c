@@ -891,6 +891,12 @@ void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface)
             ucs_list_del(&ep->pending_list);
         } else if (uct_rc_vqp_ep_can_send(ep)) {
             ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
+        } else if (ep->flags & UCT_RC_VQP_EP_FENCE) {
+            /* A fenced inline request waits for nothing in flight, and
+             * unsignaled WQEs complete only behind a signaled one. Its own
+             * refused post would ask for that, but it is not called while
+             * the endpoint cannot send; and grants may have gone since. */
+            vqp_cover_in_flight(ep->vqp);
         }
     }
 }

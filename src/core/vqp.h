@@ -223,6 +223,12 @@ unsigned vqp_send_avail_inline(const vqp_t *vqp, unsigned flags);
 /* Operations posted and not reported yet (0: nothing to flush). */
 unsigned vqp_ops_in_flight(const vqp_t *vqp);
 
+/* Makes what is in flight complete without a new operation: a signaled NOP
+ * behind every QP's newest WQE that is unsignaled (those only complete
+ * behind a signaled one). For a caller that waits for nothing in flight
+ * (a fenced inline post) without posting: a refused post does it too. */
+void vqp_cover_in_flight(vqp_t *vqp);
+
 /* Move every physical QP to ERROR: operations in flight complete with
  * UCS_ERR_CANCELED, later posts fail. For flush(CANCEL). */
 void vqp_cancel(vqp_t *vqp);

@@ -1917,6 +1917,13 @@ unsigned vqp_ops_in_flight(const vqp_t *vqp)
     return VQP_RING_COUNT(vqp->op_head, vqp->op_tail);
 }
 
+void vqp_cover_in_flight(vqp_t *vqp)
+{
+    if ((vqp->fatal == UCS_OK) && (vqp->op_head != vqp->op_disp)) {
+        vqp_cover_all(vqp);
+    }
+}
+
 void vqp_cancel(vqp_t *vqp)
 {
     unsigned i;

@@ -619,6 +619,89 @@ static void small_windows(void)
            " smaller than the receiver's\n");
 }
 
+static struct {
+    uct_ep_h ep;
+    char *buf;
+    uint64_t raddr;
+    uct_rkey_t rkey;
+    int calls;
+    int posted;
+} fenced;
+
+static ucs_status_t fenced_pending_cb(uct_pending_req_t *req)
+{
+    ucs_status_t st;
+
+    ++fenced.calls;
+    st = uct_ep_put_short(fenced.ep, fenced.buf, 8, fenced.raddr, fenced.rkey);
+    if (st == UCS_OK) {
+        fenced.posted = 1;
+    }
+    return st;
+}
+
+/* A fenced put_short waits in the pending queue for the puts before it;
+ * meanwhile its endpoint sends a credit grant, an unsignaled WQE behind the
+ * NOP the refused post asked for. The pending request must still go. */
+static void fence_behind_grant(char *lbuf, uct_mem_h lmemh, char *rbuf,
+                               uct_rkey_t rkey)
+{
+    static const char *const cfg[] = {"FC_WND_SIZE", "8", NULL};
+    uct_ep_params_t ep_params      = {.field_mask = UCT_EP_PARAM_FIELD_IFACE};
+    uct_pending_req_t req          = {.func = fenced_pending_cb};
+    void *addr_c, *addr_d;
+    uct_ep_h back;
+    ucs_status_t st;
+    side_t c, d;
+    int i;
+
+    (void)lmemh;
+    side_cfg = cfg;
+    open_side(&c);
+    open_side(&d);
+    side_cfg        = NULL;
+    ep_params.iface = c.iface;
+    CHECK_OK(uct_ep_create(&ep_params, &fenced.ep));
+    ep_params.iface = d.iface;
+    CHECK_OK(uct_ep_create(&ep_params, &back));
+    addr_c = calloc(1, c.attr.ep_addr_len);
+    addr_d = calloc(1, d.attr.ep_addr_len);
+    CHECK_OK(uct_ep_get_address(fenced.ep, addr_c));
+    CHECK_OK(uct_ep_get_address(back, addr_d));
+    CHECK_OK(uct_ep_connect_to_ep(fenced.ep, d.dev_addr, addr_d));
+    CHECK_OK(uct_ep_connect_to_ep(back, c.dev_addr, addr_c));
+    fenced.buf    = lbuf;
+    fenced.raddr  = (uintptr_t)rbuf;
+    fenced.rkey   = rkey;
+    fenced.calls  = 0;
+    fenced.posted = 0;
+
+    /* Unsignaled puts in flight, a fence, a put refused behind them. */
+    for (i = 0; i < 4; ++i) {
+        CHECK_OK(uct_ep_put_short(fenced.ep, lbuf, 8, (uintptr_t)rbuf, rkey));
+    }
+    CHECK_OK(uct_ep_fence(fenced.ep, 0));
+    st = uct_ep_put_short(fenced.ep, lbuf, 8, (uintptr_t)rbuf, rkey);
+    CHECK(st == UCS_ERR_NO_RESOURCE, "fenced put_short: %s",
+          ucs_status_string(st));
+    CHECK_OK(uct_ep_pending_add(fenced.ep, &req, 0));
+    /* The peer's AMs make c owe a grant (half of its 4 credits). */
+    for (i = 0; i < 3; ++i) {
+        CHECK_OK(uct_ep_am_short(back, AM_ID, i, "fg", 2));
+    }
+    wait_int(&c.am_count, 3, "fence behind a grant: the peer's AMs");
+    wait_int(&fenced.posted, 1, "fence behind a grant: the pending put");
+    uct_ep_destroy(fenced.ep);
+    uct_ep_destroy(back);
+    free(addr_c);
+    free(addr_d);
+    close_side(&c);
+    close_side(&d);
+    printf("ok - a fenced request queued behind unsignaled WQEs goes after a"
+           " credit grant (%d attempts)\n",
+           fenced.calls);
+}
+
 /* A memory domain on vqp_sw0 with md settings @a name = @a value and
  * @a name2 = @a value2 (NULL: not set); returns uct_md_open's status. */
 static ucs_status_t open_md_with2(const char *name, const char *value,
@@ -988,6 +1071,7 @@ int main(int argc, char **argv)
     stalled_connect();
     grant_without_room(lbuf, lmemh, rbuf, rkey.rkey);
     small_windows();
+    fence_behind_grant(lbuf, lmemh, rbuf, rkey.rkey);
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1004,6 +1088,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("14 passed, 0 failed\n");
+    printf("15 passed, 0 failed\n");
     return 0;
 }
