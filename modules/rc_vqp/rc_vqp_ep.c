@@ -342,6 +342,9 @@ uct_rc_vqp_ep_get_desc(uct_rc_vqp_ep_t *ep)
     uct_rc_vqp_tx_desc_t *desc;
 
     if (ucs_unlikely(!uct_rc_vqp_ep_has_room(ep))) {
+        /* A ring full of unsignaled operations empties only behind a
+         * signaled WQE (the core's own refusal is not reached here). */
+        vqp_cover_in_flight(ep->vqp);
         return NULL;
     }
     desc = ucs_mpool_get_inline(&iface->tx_mp);
@@ -891,11 +894,12 @@ void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface)
             ucs_list_del(&ep->pending_list);
         } else if (uct_rc_vqp_ep_can_send(ep)) {
             ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
-        } else if (ep->flags & UCT_RC_VQP_EP_FENCE) {
-            /* A fenced inline request waits for nothing in flight, and
-             * unsignaled WQEs complete only behind a signaled one. Its own
-             * refused post would ask for that, but it is not called while
-             * the endpoint cannot send; and grants may have gone since. */
+        } else if ((ep->flags & UCT_RC_VQP_EP_FENCE) ||
+                   (vqp_send_avail(ep->vqp) == 0)) {
+            /* Waiting for room, or (fenced inline) for nothing in flight,
+             * and unsignaled WQEs complete only behind a signaled one. A
+             * refused post asks for that, but none is made while the
+             * endpoint cannot send, and grants may have gone since. */
             vqp_cover_in_flight(ep->vqp);
         }
     }

@@ -225,8 +225,9 @@ unsigned vqp_ops_in_flight(const vqp_t *vqp);
 
 /* Makes what is in flight complete without a new operation: a signaled NOP
  * behind every QP's newest WQE that is unsignaled (those only complete
- * behind a signaled one). For a caller that waits for nothing in flight
- * (a fenced inline post) without posting: a refused post does it too. */
+ * behind a signaled one). For a caller that waits for room or for nothing
+ * in flight (a fenced inline post) without posting; a post refused for
+ * either does it too. */
 void vqp_cover_in_flight(vqp_t *vqp);
 
 /* Move every physical QP to ERROR: operations in flight complete with

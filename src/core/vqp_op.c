@@ -752,6 +752,13 @@ static void vqp_cover_all(vqp_t *vqp)
     }
 }
 
+void vqp_cover_in_flight(vqp_t *vqp)
+{
+    if ((vqp->fatal == UCS_OK) && (vqp->op_head != vqp->op_disp)) {
+        vqp_cover_all(vqp);
+    }
+}
+
 /* Post what @a op still needs. Returns 1 when nothing of it is left to post
  * (the dispatch cursor moves on), 0 when it has to wait for room. */
 static int vqp_dispatch_op(vqp_t *vqp, uint32_t opn)
@@ -1624,6 +1631,10 @@ static ucs_status_t vqp_post_send_slow(vqp_t *vqp, const vqp_send_wr_t *wr)
         return UCS_OK;
     }
     if (ucs_unlikely(vqp_send_avail(vqp) == 0)) {
+        /* The ring may be full of unsignaled operations, which only a
+         * later signaled WQE completes: the caller's retry would wait for
+         * good. */
+        vqp_cover_in_flight(vqp);
         return UCS_ERR_NO_RESOURCE;
     }
     if ((wr->flags & VQP_SEND_INLINE) && !vqp_inline_room(vqp, wr->flags)) {
@@ -1915,13 +1926,6 @@ unsigned vqp_send_avail_inline(const vqp_t *vqp, unsigned flags)
 unsigned vqp_ops_in_flight(const vqp_t *vqp)
 {
     return VQP_RING_COUNT(vqp->op_head, vqp->op_tail);
-}
-
-void vqp_cover_in_flight(vqp_t *vqp)
-{
-    if ((vqp->fatal == UCS_OK) && (vqp->op_head != vqp->op_disp)) {
-        vqp_cover_all(vqp);
-    }
 }
 
 void vqp_cancel(vqp_t *vqp)

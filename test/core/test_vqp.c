@@ -1222,6 +1222,27 @@ static void test_credit_episodes(void **state)
     pair_destroy(&p);
 }
 
+/* An operation ring smaller than a QP's signaling interval fills with
+ * unsignaled operations, which only a later signaled WQE completes: the
+ * refused post must ask for one, or every retry is refused for good. */
+static void test_ring_full_unsignaled(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    pair_t p;
+
+    params.max_ops = 4;
+    pair_create(&p, &params);
+    post_tagged_writes(&p, 40, 0x5500000000ull, 1);
+    check_tagged_writes(&p, 40, 0x5500000000ull);
+    pair_destroy(&p);
+    params         = base_params(4, VQP_LB_SPRAY);
+    params.max_ops = 2;
+    pair_create(&p, &params);
+    post_tagged_writes(&p, 40, 0x5600000000ull, 1);
+    check_tagged_writes(&p, 40, 0x5600000000ull);
+    pair_destroy(&p);
+}
+
 /* max_ops beyond what the device's SQ can hold: the send QP takes what the
  * device allows and the rest wait in the operation ring, completing in
  * order (one data QP: every operation goes to the send QP). */
@@ -2784,6 +2805,7 @@ int main(void)
         cmocka_unit_test(test_inline_not_replayed),
         cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
+        cmocka_unit_test(test_ring_full_unsignaled),
         cmocka_unit_test(test_max_ops_beyond_sq),
         cmocka_unit_test(test_cancel_after_unsignaled),
         cmocka_unit_test(test_all_qps_fail),

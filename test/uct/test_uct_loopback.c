@@ -702,6 +702,75 @@ static void fence_behind_grant(char *lbuf, uct_mem_h lmemh, char *rbuf,
            fenced.calls);
 }
 
+static size_t pack8_cb(void *dest, void *arg)
+{
+    memcpy(dest, arg, 8);
+    return 8;
+}
+
+/* TX_QUEUE_LEN 2: two unsignaled put_shorts fill the endpoint's ring, and
+ * only a signaled WQE after them completes them. A put_bcopy refused for
+ * room (before the core sees it) must get room back by progress alone, and
+ * so must a request queued for it. */
+static void full_ring_unsignaled(char *lbuf, char *rbuf, uct_rkey_t rkey)
+{
+    static const char *const cfg[] = {"TX_QUEUE_LEN", "2", NULL};
+    uct_pending_req_t req          = {.func = fenced_pending_cb};
+    double deadline;
+    ssize_t n;
+    side_t c, d;
+    int round, i;
+
+    side_cfg = cfg;
+    open_side(&c);
+    open_side(&d);
+    side_cfg     = NULL;
+    fenced.ep    = ep_to_iface(&c, &d);
+    fenced.buf   = lbuf;
+    fenced.raddr = (uintptr_t)rbuf;
+    fenced.rkey  = rkey;
+    deadline     = now() + 10;
+    while (uct_ep_put_short(fenced.ep, lbuf, 8, (uintptr_t)rbuf, rkey) ==
+           UCS_ERR_NO_RESOURCE) { /* connecting */
+        CHECK(now() < deadline, "full ring: not connected in 10 s");
+        uct_worker_progress(worker);
+    }
+    for (round = 0; round < 2; ++round) {
+        /* Empty, then exactly full of unsignaled puts: no post refused. */
+        while (uct_ep_flush(fenced.ep, 0, NULL) != UCS_OK) {
+            CHECK(now() < deadline + 10, "full ring: flush not done");
+            uct_worker_progress(worker);
+        }
+        for (i = 0; i < 2; ++i) {
+            CHECK_OK(
+                uct_ep_put_short(fenced.ep, lbuf, 8, (uintptr_t)rbuf, rkey));
+        }
+        if (round == 0) {
+            n = uct_ep_put_bcopy(fenced.ep, pack8_cb, lbuf, (uintptr_t)rbuf,
+                                 rkey);
+            CHECK(n == UCS_ERR_NO_RESOURCE, "full ring: put_bcopy said %zd", n);
+            deadline = now() + 10;
+            while ((n = uct_ep_put_bcopy(fenced.ep, pack8_cb, lbuf,
+                                         (uintptr_t)rbuf, rkey)) ==
+                   UCS_ERR_NO_RESOURCE) {
+                CHECK(now() < deadline,
+                      "full ring: put_bcopy refused for 10 s");
+                uct_worker_progress(worker);
+            }
+            CHECK(n == 8, "full ring: put_bcopy said %zd", n);
+        } else {
+            /* Queued without a refused call first. */
+            fenced.posted = 0;
+            CHECK_OK(uct_ep_pending_add(fenced.ep, &req, 0));
+            wait_int(&fenced.posted, 1, "full ring: the pending put");
+        }
+    }
+    uct_ep_destroy(fenced.ep);
+    close_side(&c);
+    close_side(&d);
+    printf("ok - a ring full of unsignaled puts gets room back\n");
+}
+
 /* A memory domain on vqp_sw0 with md settings @a name = @a value and
  * @a name2 = @a value2 (NULL: not set); returns uct_md_open's status. */
 static ucs_status_t open_md_with2(const char *name, const char *value,
@@ -1072,6 +1141,7 @@ int main(int argc, char **argv)
     grant_without_room(lbuf, lmemh, rbuf, rkey.rkey);
     small_windows();
     fence_behind_grant(lbuf, lmemh, rbuf, rkey.rkey);
+    full_ring_unsignaled(lbuf, rbuf, rkey.rkey);
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1088,6 +1158,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("15 passed, 0 failed\n");
+    printf("16 passed, 0 failed\n");
     return 0;
 }
