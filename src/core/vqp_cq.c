@@ -151,10 +151,14 @@ ucs_status_t vqp_cq_destroy(vqp_cq_t *cq)
 ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t recvs,
                                 uint32_t covers, const char *what)
 {
-    int64_t n = (int64_t)recvs + covers;
+    int64_t n    = (int64_t)recvs + covers;
+    int64_t left = (int64_t)cdev->cq.mask + 1 - cdev->cqe_reserved -
+                   cdev->cover_reserve - n;
 
-    /* Entries are free only where no posted WQE may need them. */
-    if ((int64_t)cdev->credits < n) {
+    /* Entries are free only where no posted WQE may need them; and one must
+     * stay for WQEs, or every QP of the CQ would wait for credits for good
+     * once the last reservation took them. */
+    if (((int64_t)cdev->credits < n) || (left < 1)) {
         ucs_error("vqp cq: the CQ of %u entries cannot take %s needing %ld"
                   " (%u reserved for receives, %u for QPs, %d free of WQEs"
                   " in flight): make the CQ larger or the receive queues"

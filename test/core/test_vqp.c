@@ -1884,6 +1884,80 @@ static void test_cq_capacity(void **state)
     side_close(&s);
 }
 
+/* Reservations that would take a CQ's last entry are refused: WQEs need a
+ * credit each, and with none left every QP of the CQ would wait for good.
+ * The virtual QPs that fit still run. */
+static void test_cq_last_entry(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    vqp_t *vqps[64], *peer;
+    char addr_a[2048], addr_b[2048];
+    size_t len_a, len_b;
+    unsigned n = 0, entries, per = 0, i;
+    vqp_cq_params_t cqp;
+    vqp_send_wr_t wr;
+    side_t s, b;
+    vqp_cq_dev_t *cdev;
+
+    side_open(&s);
+    side_open(&b);
+    vqp_cq_destroy(s.cq);
+    vqp_cq_params_default(&cqp);
+    cqp.devs[0]  = s.dev;
+    cqp.num_devs = 1;
+    cqp.cqe      = 64;
+    assert_int_equal(vqp_cq_create(&cqp, &s.cq), UCS_OK);
+    cdev      = &s.cq->devs[0];
+    entries   = cdev->cq.mask + 1;
+    params.cq = s.cq;
+    /* Receives per virtual QP such that whole ones fill the CQ exactly. */
+    for (params.max_recvs = 1; params.max_recvs < entries / 2;
+         ++params.max_recvs) {
+        assert_int_equal(vqp_create(&params, &vqps[0]), UCS_OK);
+        per = entries - (unsigned)cdev->credits;
+        vqp_destroy(vqps[0]);
+        if ((entries % per) == 0) {
+            break;
+        }
+    }
+    assert_true((per > 0) && ((entries % per) == 0) && (entries / per > 1));
+    while (vqp_create(&params, &vqps[n]) == UCS_OK) {
+        ++n;
+        assert_true(n < entries / per);
+        assert_true(cdev->credits >= 1);
+    }
+    expect_log("make the CQ larger");
+    assert_int_equal(n, entries / per - 1);
+
+    /* The last one still moves data. */
+    params.cq = b.cq;
+    assert_int_equal(vqp_create(&params, &peer), UCS_OK);
+    assert_int_equal(
+        vqp_address_pack(vqps[n - 1], addr_a, sizeof(addr_a), &len_a), UCS_OK);
+    assert_int_equal(vqp_address_pack(peer, addr_b, sizeof(addr_b), &len_b),
+                     UCS_OK);
+    assert_int_equal(vqp_connect(vqps[n - 1], addr_b, len_b), UCS_OK);
+    assert_int_equal(vqp_connect(peer, addr_a, len_a), UCS_OK);
+    fill_pattern(s.buf, 4096, 5);
+    memset(b.buf, 0, 4096);
+    wr       = make_wr(&s, &b, VQP_OP_WRITE, 1, 0, 0, 4096);
+    wr.flags = VQP_SEND_SIGNALED;
+    assert_int_equal(vqp_post_send(vqps[n - 1], &wr), UCS_OK);
+    for (i = 0; (i < 2000000) && (s.nwcs == 0); ++i) {
+        s.nwcs += vqp_cq_poll(s.cq, s.wcs, MAX_WCS);
+        b.nwcs += vqp_cq_poll(b.cq, b.wcs, MAX_WCS);
+    }
+    assert_int_equal(s.nwcs, 1);
+    assert_int_equal(s.wcs[0].status, UCS_OK);
+    assert_memory_equal(s.buf, b.buf, 4096);
+    for (i = 0; i < n; ++i) {
+        vqp_destroy(vqps[i]);
+    }
+    vqp_destroy(peer);
+    side_close(&s);
+    side_close(&b);
+}
+
 #define CREDIT_VQPS 6
 
 /* Virtual QPs of one side on one CQ of few entries, each connected to its
@@ -2806,6 +2880,8 @@ int main(void)
         cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
         cmocka_unit_test(test_ring_full_unsignaled),
+        cmocka_unit_test_setup_teardown(test_cq_last_entry, test_log_setup,
+                                        test_log_teardown),
         cmocka_unit_test(test_max_ops_beyond_sq),
         cmocka_unit_test(test_cancel_after_unsignaled),
         cmocka_unit_test(test_all_qps_fail),
