@@ -231,7 +231,8 @@ struct vqp {
     uint32_t replay_tail;
     vqp_comp_cb_t comp_cb;
     void *comp_arg;
-    int dirty; /* on the CQ's list of QPs to advance */
+    int dirty;       /* on the CQ's list of QPs to advance */
+    int covers_owed; /* a QP's cover_owed is set */
     vqp_stats_t stats;
 
     vqp_pqp_t *qps; /* data QPs, then the extra QP if any */

@@ -703,14 +703,12 @@ static UCS_F_ALWAYS_INLINE int vqp_send_qp_covered(const vqp_t *vqp)
     return vqp_qp_covered(vqp->send_qp);
 }
 
-static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
+/* A signaled NOP on @a pqp, whose rings the caller found room in. */
+static int vqp_cover_qp_now(vqp_t *vqp, vqp_pqp_t *pqp)
 {
     vqp_frag_t *frag;
     int ret;
 
-    if (!vqp_pqp_has_cover_room(pqp)) {
-        return 0;
-    }
     ret = vqp_mlx5_post_nop(&pqp->tx, VQP_MLX5_SIGNALED);
     if (ret < 0) {
         return 0;
@@ -724,6 +722,40 @@ static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
     frag->wqe      = (uint16_t)ret;
     frag->wqe_next = pqp->tx.pi;
     return 1;
+}
+
+static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
+{
+    return vqp_pqp_has_cover_room(pqp) && vqp_cover_qp_now(vqp, pqp);
+}
+
+/* QPs that died uncovered while their rings were full (vqp_pqp_fail): a
+ * signaled WQE was among them (a ring signals every half), and its CQE makes
+ * room. The NOP goes to a QP in ERROR, which flushes it with a CQE: it
+ * completes the unsignaled WQEs that executed before the error, which no
+ * flush reports. A dead QP's frag_limit is 0: the ring's size counts. */
+static UCS_F_NOINLINE void vqp_post_owed_covers(vqp_t *vqp)
+{
+    vqp_pqp_t *pqp;
+    unsigned i;
+    int owed = 0;
+
+    for (i = 0; i < vqp->num_pqps; ++i) {
+        pqp = &vqp->qps[i];
+        if (pqp->alive || (pqp->frag_head == pqp->frag_tail) ||
+            (pqp->tx.sig_left == pqp->tx.sig_every)) {
+            continue; /* covered */
+        }
+        if (!(VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <=
+              pqp->frag_mask) ||
+            !((uint16_t)(pqp->tx.pi - pqp->tx.ci) <=
+              (uint16_t)(pqp->tx.mask + 1 - VQP_MLX5_MAX_BB)) ||
+            !(pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0) ||
+            !vqp_cover_qp_now(vqp, pqp)) {
+            owed = 1;
+        }
+    }
+    vqp->covers_owed = owed;
 }
 
 /* Operations complete in posting order, and the send QP carries only
@@ -1060,6 +1092,9 @@ static int vqp_report(vqp_t *vqp)
  * dispatch again. */
 void vqp_advance(vqp_t *vqp)
 {
+    if (ucs_unlikely(vqp->covers_owed)) {
+        vqp_post_owed_covers(vqp);
+    }
     /* Nothing to dispatch in the common case: skip the call. */
     if ((vqp->replay_head != vqp->replay_tail) ||
         (vqp->op_disp != vqp->op_tail) || (vqp->notify_qp != NULL)) {
@@ -1089,9 +1124,9 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
     }
     /* A WQE that completed unsignaled gets no CQE from the flush below:
      * when the newest tracked one is such, a signaled NOP covers it (it
-     * completes, flushed or not). */
-    if (!vqp_qp_covered(pqp)) {
-        vqp_cover_qp(vqp, pqp);
+     * completes, flushed or not); later if its rings are full now. */
+    if (!vqp_qp_covered(pqp) && !vqp_cover_qp(vqp, pqp)) {
+        vqp->covers_owed = 1;
     }
     pqp->alive      = 0;
     pqp->frag_limit = 0;

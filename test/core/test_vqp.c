@@ -1289,6 +1289,50 @@ static void test_cancel_after_unsignaled(void **state)
     pair_destroy(&p);
 }
 
+/* vqp_cancel when the send QP's ring is full, its newest WQEs unsignaled
+ * and executed (their CQEs not asked for; a signaled one's not polled yet):
+ * no NOP fits to cover them, and the flush reports nothing for them. The
+ * NOP must go once the signaled one's CQE made room, or they stay in flight
+ * for good (a flush(CANCEL) waiting for them never ends). */
+static void test_cancel_full_ring_unsignaled(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    vqp_pqp_t *sq;
+    vqp_send_wr_t wr;
+    unsigned i, n;
+    pair_t p;
+
+    params.max_ops         = 8;
+    params.max_outstanding = 8;
+    pair_create(&p, &params);
+    sq = p.a.vqp->send_qp;
+    n  = sq->frag_mask + 1;
+    assert_true(sq->tx.sig_every < n);
+    /* One signaled WQE, then unsignaled ones until the ring is full: the
+     * newest is unsignaled (the ring signals every sig_every). */
+    for (i = 0; i < n; ++i) {
+        wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, i, i * 8, i * 8, 8);
+        wr.flags = (i == 0) ? VQP_SEND_SIGNALED : 0;
+        assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    }
+    assert_int_equal(sq->frag_tail - sq->frag_head, n);
+    assert_true(sq->tx.sig_left != sq->tx.sig_every);
+    /* Executed, the CQEs left in the CQ. */
+    for (i = 0; i < 100; ++i) {
+        vqp_dev_progress(p.a.dev);
+        vqp_dev_progress(p.b.dev);
+    }
+    vqp_cancel(p.a.vqp);
+    for (i = 0; (i < 100000) && (vqp_ops_in_flight(p.a.vqp) != 0); ++i) {
+        pair_idle(&p, 1);
+    }
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    assert_int_equal(p.a.nwcs, 1); /* the signaled one, done before */
+    assert_int_equal(p.a.wcs[0].wr_id, 0);
+    assert_int_equal(p.a.wcs[0].status, UCS_OK);
+    pair_destroy(&p);
+}
+
 /* No data QP survives: every operation fails exactly once, later posts are
  * refused with the error. */
 static void test_all_qps_fail(void **state)
@@ -2880,6 +2924,7 @@ int main(void)
         cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
         cmocka_unit_test(test_ring_full_unsignaled),
+        cmocka_unit_test(test_cancel_full_ring_unsignaled),
         cmocka_unit_test_setup_teardown(test_cq_last_entry, test_log_setup,
                                         test_log_teardown),
         cmocka_unit_test(test_max_ops_beyond_sq),
