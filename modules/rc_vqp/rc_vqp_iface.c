@@ -565,6 +565,18 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
     return UCS_OK;
 }
 
+static void
+uct_rc_vqp_iface_cq_too_small(const uct_rc_vqp_iface_config_t *config,
+                              unsigned room, unsigned need)
+{
+    ucs_error("rc_vqp: CQ_LEN=%u leaves %u entries beside those of the"
+              " receive queue (RX_QUEUE_LEN=%u), and an endpoint of"
+              " NUM_QPS=%u needs at least %u: make CQ_LEN larger or"
+              " RX_QUEUE_LEN smaller",
+              config->cq_len, room, config->rx_queue_len, config->num_qps,
+              need);
+}
+
 static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
                            uct_worker_h worker,
                            const uct_iface_params_t *params,
@@ -681,8 +693,15 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     }
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->rx_mp) = self;
 
+    /* The receive buffers reserve their CQ entries up front: a CQ they
+     * fill would fail every endpoint later, with a less clear cause. */
+    qps    = config->num_qps + (config->num_qps > 1);
     status = vqp_srq_create(self->cq, config->rx_queue_len, &self->srq);
-    if (status != UCS_OK) {
+    if (status == UCS_ERR_EXCEEDS_LIMIT) {
+        uct_rc_vqp_iface_cq_too_small(config, 0, qps + 1);
+        status = UCS_ERR_INVALID_PARAM;
+        goto err_rx_mp;
+    } else if (status != UCS_OK) {
         goto err_rx_mp;
     }
     self->vqp_params.srq = self->srq;
@@ -695,16 +714,8 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
         }
     }
 
-    /* The receive buffers reserve their CQ entries up front: a CQ they
-     * fill would fail every endpoint later, with a less clear cause. */
-    qps = config->num_qps + (config->num_qps > 1);
     if (vqp_cq_room(self->cq) < qps + 1) {
-        ucs_error("rc_vqp: CQ_LEN=%u leaves %u entries beside those of the"
-                  " receive queue (RX_QUEUE_LEN=%u), and an endpoint of"
-                  " NUM_QPS=%u needs at least %u: make CQ_LEN larger or"
-                  " RX_QUEUE_LEN smaller",
-                  config->cq_len, vqp_cq_room(self->cq), config->rx_queue_len,
-                  config->num_qps, qps + 1);
+        uct_rc_vqp_iface_cq_too_small(config, vqp_cq_room(self->cq), qps + 1);
         status = UCS_ERR_INVALID_PARAM;
         goto err_srq;
     }

@@ -297,8 +297,9 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
  * meaningless, honoured for the data AM handlers get in a descriptor. */
 static void am_alignment(side_t *dst_default)
 {
-    static const size_t aligns[][2] = {{256, 0}, {256, 3}, {4096, 100}};
-    uint64_t both                   = UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT |
+    static const char *const qps64[] = {"NUM_QPS", "64", NULL};
+    static const size_t aligns[][2]  = {{256, 0}, {256, 3}, {4096, 100}};
+    uint64_t both                    = UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT |
                     UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
     char payload[16] = "aligned payload";
     uintptr_t ptr;
@@ -318,6 +319,11 @@ static void am_alignment(side_t *dst_default)
     /* Receive buffers that leave the CQ no room for an endpoint's QPs. */
     CHECK(open_side_ex(&s, "4096", "4095", 0, 0, 0) == UCS_ERR_INVALID_PARAM,
           "a CQ the receive queue fills accepted");
+    /* Or leaves less than one endpoint's QPs need. */
+    side_cfg = qps64;
+    CHECK(open_side_ex(&s, "128", "63", 0, 0, 0) == UCS_ERR_INVALID_PARAM,
+          "a CQ without room for an endpoint of 64 QPs accepted");
+    side_cfg = NULL;
 
     /* Default: the payload is cache-line aligned. */
     CHECK(((uintptr_t)dst_default->am_ptr % 64) == 0,
