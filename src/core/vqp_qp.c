@@ -505,6 +505,13 @@ void vqp_destroy(vqp_t *vqp)
         }
     }
     vqp_cq_reserve_wcs(cq, -(int)vqp->wc_reserve);
+    if (vqp->dirty) {
+        /* Marked for the next poll's advance (vqp_cancel does, a callback
+         * may destroy another virtual QP of the batch): off the list. */
+        for (i = 0; cq->dirty[i] != vqp; ++i) {
+        }
+        cq->dirty[i] = cq->dirty[--cq->num_dirty];
+    }
     --cq->num_vqps;
     ucs_list_del(&vqp->cq_list);
     if (vqp->credit_wait) {

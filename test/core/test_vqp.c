@@ -1264,6 +1264,41 @@ static void test_max_ops_beyond_sq(void **state)
     pair_destroy(&p);
 }
 
+/* vqp_cancel marks the virtual QP for the CQ's next poll; destroyed before
+ * that poll (a flush(CANCEL) with nothing in flight completes at once, and
+ * UCT destroys the endpoint), it must not stay on the CQ's list: the poll
+ * would advance freed memory. Also a virtual QP marked in a poll batch and
+ * destroyed by a completion callback of another one. */
+static void test_destroy_after_cancel(void **state)
+{
+    vqp_params_t params = base_params(2, VQP_LB_DQPLB);
+    vqp_t *second;
+    pair_t p;
+
+    pair_create(&p, &params);
+    vqp_cancel(p.a.vqp);
+    assert_int_equal(p.a.cq->num_dirty, 1);
+    vqp_destroy(p.a.vqp);
+    p.a.vqp = NULL;
+    assert_int_equal(p.a.cq->num_dirty, 0);
+    pair_idle(&p, 10); /* nothing left to advance */
+
+    /* Two marked, the first destroyed: the other stays on the list. */
+    params.cq = p.a.cq;
+    assert_int_equal(vqp_create(&params, &p.a.vqp), UCS_OK);
+    assert_int_equal(vqp_create(&params, &second), UCS_OK);
+    vqp_cancel(p.a.vqp);
+    vqp_cancel(second);
+    assert_int_equal(p.a.cq->num_dirty, 2);
+    vqp_destroy(p.a.vqp);
+    p.a.vqp = NULL;
+    assert_int_equal(p.a.cq->num_dirty, 1);
+    assert_ptr_equal(p.a.cq->dirty[0], second);
+    pair_idle(&p, 10);
+    vqp_destroy(second);
+    pair_destroy(&p);
+}
+
 /* vqp_cancel with an unsignaled WQE that already executed: the flush of
  * its QP gives it no CQE, so a signaled NOP must cover it, or the operation
  * stays in flight for good (a flush(CANCEL) waiting for it never ends). */
@@ -2924,6 +2959,7 @@ int main(void)
         cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
         cmocka_unit_test(test_ring_full_unsignaled),
+        cmocka_unit_test(test_destroy_after_cancel),
         cmocka_unit_test(test_cancel_full_ring_unsignaled),
         cmocka_unit_test_setup_teardown(test_cq_last_entry, test_log_setup,
                                         test_log_teardown),
