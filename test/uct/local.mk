@@ -34,3 +34,12 @@ check-ucx-gtest: $(module_LTLIBRARIES)
 	  --dest $(abs_top_builddir)/ucx-gtest
 
 .PHONY: check-ucx-gtest
+
+# Randomized: seeded trials of configurations and operation streams against
+# a model of the UCT contract (docs/architecture.md).
+check_PROGRAMS += test/uct/test_uct_random
+test_uct_test_uct_random_SOURCES  = test/uct/test_uct_random.c
+test_uct_test_uct_random_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DRC_VQP_MODULE='"$(abs_top_builddir)/modules/rc_vqp/.libs/libuct_rc_vqp.so"'
+test_uct_test_uct_random_LDADD    = $(UCX_LIBS) -ldl
+TESTS += test/uct/test_uct_random

@@ -1,0 +1,1816 @@
+/*
+ * UCT glue, randomized: seeded trials of random interface configurations
+ * (QP count, load balancing, fragment size, stripe threshold, fragments in
+ * flight per QP, TX queue, receive queue, flow-control window, bounce
+ * buffer size, inline limit, CQ size, rx_headroom, CQE reordering and WQE
+ * delays of the software device) and random streams of every operation of
+ * uct.h that rc_vqp offers (put and get short/bcopy/zcopy, AM short,
+ * short_iov, bcopy, zcopy, every atomic on 4 and 8 bytes, ep and iface
+ * flush, fence), on up to three endpoints in one process: one interface to
+ * another, the other way, an interface to itself; connected by interface
+ * address (the connection manager, so the first operations wait) or
+ * endpoint to endpoint (one connection for both directions). Operations
+ * refused with UCS_ERR_NO_RESOURCE go to the pending queue, in order, and
+ * later ones queue behind them, as UCP does; AM handlers keep descriptors
+ * at random and release them later. A trial ends by draining (flush, every
+ * AM delivered), by flush(CANCEL) or by destroying the endpoints with
+ * operations in flight.
+ *
+ * The model checks what uct.h and UCX's conventions promise: every
+ * completion runs once, never inside the posting call, with UCS_OK (or,
+ * at a cancel or destroy, UCS_ERR_CANCELED); an operation that returned
+ * UCS_OK gets no completion; a flush completes after the completions of
+ * every operation posted before it, and an iface flush that says UCS_OK
+ * left nothing outstanding; after a flush every put and atomic is in
+ * place; a get reads what the puts before it left (a fenced get also a
+ * put in flight before the fence); fetching atomics return the model's
+ * value; AMs arrive exactly once, in order, with their data, and a kept
+ * descriptor stays intact until released; pending callbacks run in the
+ * order of pending_add; a purge returns exactly the requests still queued;
+ * no error handler call.
+ *
+ * UCT_RANDOM_SEED=S runs the trials S, S + 1, ...; UCT_RANDOM_TRIALS=N how
+ * many (default 200, about 3 s; 30 under valgrind); UCT_RANDOM_VERBOSE=1
+ * prints every trial's
+ * configuration (a failure prints its own).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <ucs/sys/compiler_def.h>
+#include <uct/api/uct.h>
+
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define AM_ID     7
+#define AM_MAGIC  0xa5ull
+#define MAX_EPS   3
+#define SLOTS     8 /* data slots per endpoint, remote and local */
+#define WORDS     8 /* atomic words per endpoint */
+#define SLOT_SIZE 65536u
+#define MAX_OPS   384u /* operation records live at once */
+#define FIFO_LEN  512u /* > MAX_OPS, a power of two */
+#define AM_RING   2048u
+#define MAX_KEPT  16u
+#define MAX_HDR   64u
+#define WAIT_SEC  30.0
+
+/* Per side: the areas other endpoints write into, then its own endpoints'
+ * local source and destination slots. */
+#define RAREA_SIZE (SLOTS * SLOT_SIZE + WORDS * 8u)
+#define LAREA_SIZE (2u * SLOTS * SLOT_SIZE)
+#define SIDE_BUF   ((MAX_EPS * (RAREA_SIZE + LAREA_SIZE) + 4095u) & ~4095u)
+
+static char trial_desc[512];
+static uint64_t trial_seed;
+
+#define CHECK(_cond, ...)                                                   \
+    do {                                                                    \
+        if (!(_cond)) {                                                     \
+            fprintf(stderr,                                                 \
+                    "%s:%d: trial %" PRIu64 " (%s): CHECK(%s): ", __FILE__, \
+                    __LINE__, trial_seed, trial_desc, #_cond);              \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fprintf(stderr, "\n");                                          \
+            exit(1);                                                        \
+        }                                                                   \
+    } while (0)
+
+#define CHECK_OK(_expr)                                                 \
+    do {                                                                \
+        ucs_status_t _st = (_expr);                                     \
+        CHECK(_st == UCS_OK, "%s: %s", #_expr, ucs_status_string(_st)); \
+    } while (0)
+
+/* ------------------------------------------------------------------ rng */
+
+typedef struct rng {
+    uint64_t s;
+} rng_t;
+
+static rng_t rng;
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng.s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static unsigned rng_below(unsigned n)
+{
+    return (unsigned)(rng_next() % n);
+}
+
+static int rng_pct(unsigned pct)
+{
+    return rng_below(100) < pct;
+}
+
+/* A length in [lo, hi], small ones as likely as large ones. */
+static size_t rng_len(size_t lo, size_t hi)
+{
+    size_t top;
+
+    if (hi <= lo) {
+        return lo;
+    }
+    top = 1;
+    while ((top < hi - lo) && rng_pct(70)) {
+        top <<= 1;
+    }
+    if (top > hi - lo) {
+        top = hi - lo;
+    }
+    return lo + (size_t)(rng_next() % (top + 1));
+}
+
+static uint8_t pat(uint32_t seed, size_t i)
+{
+    uint32_t x = seed * 2654435761u + (uint32_t)i * 40503u + (uint32_t)(i >> 8);
+
+    return (uint8_t)(x ^ (x >> 15));
+}
+
+static void pat_fill(uint8_t *dst, size_t len, uint32_t seed, size_t from)
+{
+    size_t i;
+
+    for (i = 0; i < len; ++i) {
+        dst[i] = pat(seed, from + i);
+    }
+}
+
+/* --------------------------------------------------------------- model */
+
+typedef enum {
+    K_PUT_SHORT,
+    K_PUT_BCOPY,
+    K_PUT_ZCOPY,
+    K_GET_BCOPY,
+    K_GET_ZCOPY,
+    K_AM_SHORT,
+    K_AM_SHORT_IOV,
+    K_AM_BCOPY,
+    K_AM_ZCOPY,
+    K_ATOMIC_POST,
+    K_ATOMIC_FETCH,
+    K_ATOMIC_CSWAP,
+    K_FLUSH,
+    K_LAST
+} kind_t;
+
+static const char *kind_name[K_LAST] = {
+    "put_short",    "put_bcopy",    "put_zcopy", "get_bcopy", "get_zcopy",
+    "am_short",     "am_short_iov", "am_bcopy",  "am_zcopy",  "atomic_post",
+    "atomic_fetch", "atomic_cswap", "flush"};
+
+enum { OP_FREE, OP_QUEUED, OP_POSTED, OP_PURGED };
+
+struct tep;
+
+typedef struct op {
+    uct_completion_t comp;
+    uct_pending_req_t preq;
+    struct tep *ep;
+    kind_t kind;
+    int state;
+    uint64_t seq;
+    int in_call;    /* the posting call runs */
+    int has_comp;   /* a completion will run */
+    int done;       /* completed: by its callback, or at once */
+    int calls;      /* completion callbacks */
+    int retired;    /* its effects were checked and released */
+    int packs;      /* pack/unpack callback calls */
+    unsigned slot;  /* remote slot or word */
+    unsigned lsrc;  /* local source slot held (zcopy), or ~0 */
+    unsigned ldst;  /* local destination slot held (gets), or ~0 */
+    size_t off;     /* in the remote slot (word: 0 or 4) */
+    uint32_t amseq; /* AMs: the endpoint's AM number */
+    size_t len;
+    uint32_t seed;
+    unsigned hdr_len; /* am_zcopy */
+    uint8_t hdr[MAX_HDR];
+    unsigned size; /* atomics: 4 or 8 */
+    uct_atomic_op_t aop;
+    uint64_t value, compare, expect;
+    union {
+        uint64_t u64;
+        uint32_t u32;
+    } result;
+    uint8_t *expect_data; /* gets: the model's bytes at the post */
+    struct op *next_free;
+} op_t;
+
+typedef struct slot {
+    unsigned busy;    /* operations on it not retired */
+    uint64_t max_seq; /* of the operations ever put on it */
+    uint8_t *shadow;  /* the model's bytes */
+} slot_t;
+
+typedef struct word {
+    unsigned busy;
+    uint64_t max_seq;
+    uint8_t shadow[8];
+} word_t;
+
+typedef struct side side_t;
+
+typedef struct tep {
+    unsigned idx;
+    side_t *src, *dst;
+    uct_ep_h ep;
+    int active;               /* created and not destroyed */
+    uint8_t *rarea;           /* in dst's buffer */
+    uint8_t *src_area;        /* in src's buffer: SLOTS source slots */
+    uint8_t *dst_area;        /* then SLOTS destination slots */
+    uint8_t stage[SLOT_SIZE]; /* short and bcopy sources */
+    slot_t slots[SLOTS];
+    word_t words[WORDS];
+    int src_busy[SLOTS], dst_busy[SLOTS];
+    uint64_t next_seq, fence_seq;
+    op_t *posted[FIFO_LEN]; /* posted, not yet retired, in order */
+    unsigned posted_head, posted_tail;
+    op_t *pend[FIFO_LEN]; /* in UCT's pending queue, in order */
+    unsigned pend_head, pend_tail;
+    uint32_t am_sent, am_rcvd;
+    uint32_t am_len[AM_RING];
+    unsigned ops_posted, ops_pending, flushes;
+} tep_t;
+
+struct side {
+    uct_iface_h iface;
+    uct_iface_attr_t attr;
+    void *dev_addr, *iface_addr;
+    uint8_t *buf;
+    uct_mem_h memh;
+    uct_rkey_bundle_t rkey;
+    struct {
+        void *desc;
+        uint8_t *data;
+        size_t len;
+        uint32_t seed;
+    } kept[MAX_KEPT];
+    unsigned nkept;
+    unsigned am_calls;
+};
+
+typedef struct config {
+    unsigned num_qps;
+    const char *lb;
+    unsigned frag, stripe, max_outstanding, tx_queue_len, rx_queue_len;
+    unsigned fc_wnd, seg_size, max_inline, cq_len;
+    size_t headroom;
+    int to_iface; /* else endpoint to endpoint */
+    unsigned nep; /* 1..3 */
+    unsigned ops; /* operations to issue */
+    int end;      /* END_* */
+    const char *faults;
+    unsigned keep_pct; /* AM descriptors kept */
+} config_t;
+
+enum { END_DRAIN, END_CANCEL, END_DESTROY };
+static const char *end_name[] = {"drain", "cancel", "destroy"};
+
+static uct_component_h component;
+static uct_md_h md;
+static uct_worker_h worker;
+static ucs_async_context_t *async;
+static side_t sides[2];
+static tep_t eps[MAX_EPS];
+static unsigned nep;
+static config_t cfg;
+static op_t op_pool[MAX_OPS];
+static op_t *free_ops;
+static unsigned ops_live;
+/* Ending by cancel or destroy: completions may say UCS_ERR_CANCELED, the
+ * model no longer knows the data (purged puts never ran). */
+static int ending;
+static int verbose;
+static unsigned long total_ops, total_pending, total_kept, total_comp;
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void dump_state(void)
+{
+    unsigned i;
+
+    for (i = 0; i < nep; ++i) {
+        tep_t *e = &eps[i];
+        op_t *h  = (e->posted_head != e->posted_tail)
+                       ? e->posted[e->posted_head % FIFO_LEN]
+                       : NULL;
+        op_t *p  = (e->pend_head != e->pend_tail)
+                       ? e->pend[e->pend_head % FIFO_LEN]
+                       : NULL;
+
+        fprintf(stderr,
+                "  ep %u: seq %" PRIu64 " posted %u (in flight %u) pending %u"
+                " flushes %u am sent %u received %u; oldest in flight: %s"
+                " seq %" PRIu64 " done %d; first pending: %s seq %" PRIu64 "\n",
+                i, e->next_seq, e->ops_posted, e->posted_tail - e->posted_head,
+                e->pend_tail - e->pend_head, e->flushes, e->am_sent, e->am_rcvd,
+                h ? kind_name[h->kind] : "-", h ? h->seq : 0, h ? h->done : 0,
+                p ? kind_name[p->kind] : "-", p ? p->seq : 0);
+    }
+}
+
+#define WAIT_FOR(_cond, ...)                 \
+    do {                                     \
+        double _deadline = now() + WAIT_SEC; \
+        while (!(_cond)) {                   \
+            if (now() > _deadline) {         \
+                dump_state();                \
+                CHECK(0, __VA_ARGS__);       \
+            }                                \
+            uct_worker_progress(worker);     \
+        }                                    \
+    } while (0)
+
+/* ------------------------------------------------------ slots and words */
+
+static void verify_slot(tep_t *e, unsigned s)
+{
+    const uint8_t *mem = e->rarea + (size_t)s * SLOT_SIZE;
+    size_t i;
+
+    if (ending || !memcmp(mem, e->slots[s].shadow, SLOT_SIZE)) {
+        return;
+    }
+    for (i = 0; i < SLOT_SIZE; ++i) {
+        CHECK(mem[i] == e->slots[s].shadow[i],
+              "ep %u slot %u byte %zu: 0x%02x, the model says 0x%02x", e->idx,
+              s, i, mem[i], e->slots[s].shadow[i]);
+    }
+}
+
+static void verify_word(tep_t *e, unsigned w)
+{
+    const uint8_t *mem = e->rarea + (size_t)SLOTS * SLOT_SIZE + w * 8u;
+
+    if (ending) {
+        return;
+    }
+    CHECK(!memcmp(mem, e->words[w].shadow, 8),
+          "ep %u atomic word %u: 0x%016" PRIx64
+          ", the model says 0x%016" PRIx64,
+          e->idx, w, *(const uint64_t *)mem,
+          *(const uint64_t *)e->words[w].shadow);
+}
+
+static uint8_t *lsrc(tep_t *e, unsigned ls)
+{
+    return e->src_area + (size_t)ls * SLOT_SIZE;
+}
+
+static uint8_t *ldst(tep_t *e, unsigned ls)
+{
+    return e->dst_area + (size_t)ls * SLOT_SIZE;
+}
+
+/* After a local completion: the source may be reused (scribbled, so a late
+ * read would send garbage the remote check sees). */
+static void release_src(tep_t *e, op_t *op)
+{
+    if (op->lsrc == ~0u) {
+        return;
+    }
+    memset(lsrc(e, op->lsrc), 0x5c, SLOT_SIZE);
+    e->src_busy[op->lsrc] = 0;
+    op->lsrc              = ~0u;
+}
+
+static void release_dst(tep_t *e, op_t *op)
+{
+    if (op->ldst != ~0u) {
+        e->dst_busy[op->ldst] = 0;
+        op->ldst              = ~0u;
+    }
+}
+
+static int is_put(kind_t k)
+{
+    return (k == K_PUT_SHORT) || (k == K_PUT_BCOPY) || (k == K_PUT_ZCOPY);
+}
+
+static int is_get(kind_t k)
+{
+    return (k == K_GET_BCOPY) || (k == K_GET_ZCOPY);
+}
+
+static int is_atomic(kind_t k)
+{
+    return (k == K_ATOMIC_POST) || (k == K_ATOMIC_FETCH) ||
+           (k == K_ATOMIC_CSWAP);
+}
+
+/* Its effect is known in place: release what it holds and check the slot
+ * or word once nothing else is on it. */
+static void op_retire(op_t *op)
+{
+    tep_t *e = op->ep;
+
+    if (op->retired) {
+        return;
+    }
+    op->retired = 1;
+    release_src(e, op);
+    if (is_put(op->kind) || is_get(op->kind)) {
+        CHECK(e->slots[op->slot].busy > 0, "slot %u not busy", op->slot);
+        if (--e->slots[op->slot].busy == 0) {
+            verify_slot(e, op->slot);
+        }
+    } else if (is_atomic(op->kind)) {
+        CHECK(e->words[op->slot].busy > 0, "word %u not busy", op->slot);
+        if (--e->words[op->slot].busy == 0) {
+            verify_word(e, op->slot);
+        }
+    }
+    release_dst(e, op);
+}
+
+static void op_free(op_t *op)
+{
+    free(op->expect_data);
+    op->expect_data = NULL;
+    op->state       = OP_FREE;
+    op->next_free   = free_ops;
+    free_ops        = op;
+    --ops_live;
+}
+
+/* Free the retired operations at the head of the posted FIFO. */
+static void fifo_trim(tep_t *e)
+{
+    op_t *op;
+
+    while (e->posted_head != e->posted_tail) {
+        op = e->posted[e->posted_head % FIFO_LEN];
+        if (!op->retired || (op->has_comp && !op->done)) {
+            break;
+        }
+        ++e->posted_head;
+        op_free(op);
+    }
+}
+
+/* The data a get fetched, or a fetching atomic's result. */
+static void check_fetched(op_t *op)
+{
+    tep_t *e = op->ep;
+    const uint8_t *got;
+    size_t i;
+
+    if (is_get(op->kind)) {
+        got = ldst(e, op->ldst);
+        for (i = 0; i < op->len; ++i) {
+            CHECK(got[i] == op->expect_data[i],
+                  "ep %u %s seq %" PRIu64 " slot %u+%zu len %zu: byte %zu"
+                  " is 0x%02x, expected 0x%02x",
+                  e->idx, kind_name[op->kind], op->seq, op->slot, op->off,
+                  op->len, i, got[i], op->expect_data[i]);
+        }
+        for (i = op->len; (i < op->len + 64) && (i < SLOT_SIZE); ++i) {
+            CHECK(got[i] == 0xee,
+                  "ep %u %s seq %" PRIu64 " len %zu wrote byte %zu past it",
+                  e->idx, kind_name[op->kind], op->seq, op->len, i);
+        }
+        release_dst(e, op);
+    } else if ((op->kind == K_ATOMIC_FETCH) || (op->kind == K_ATOMIC_CSWAP)) {
+        uint64_t r = (op->size == 8) ? op->result.u64 : op->result.u32;
+
+        CHECK(r == op->expect,
+              "ep %u %s%u op %d seq %" PRIu64 ": result 0x%" PRIx64
+              ", expected 0x%" PRIx64,
+              e->idx, kind_name[op->kind], op->size * 8, (int)op->aop, op->seq,
+              r, op->expect);
+    }
+}
+
+static void flush_done(op_t *fl);
+
+static void op_done(op_t *op, ucs_status_t status)
+{
+    tep_t *e = op->ep;
+
+    op->done = 1;
+    /* At the end, canceled; and endpoint to endpoint, the peer's cancel
+     * may fail what was still in flight on the shared connection. */
+    CHECK((status == UCS_OK) ||
+              (ending && ((status == UCS_ERR_CANCELED) || !cfg.to_iface)),
+          "ep %u %s seq %" PRIu64 " completed with %s", e->idx,
+          kind_name[op->kind], op->seq, ucs_status_string(status));
+    if (status != UCS_OK) {
+        op_retire(op);
+        fifo_trim(e);
+        return;
+    }
+    if ((op->kind == K_PUT_ZCOPY) || (op->kind == K_AM_ZCOPY)) {
+        release_src(e, op);
+    } else if (is_get(op->kind) || (op->kind == K_ATOMIC_FETCH) ||
+               (op->kind == K_ATOMIC_CSWAP)) {
+        check_fetched(op);
+        op_retire(op);
+    } else if (op->kind == K_FLUSH) {
+        flush_done(op);
+        op_retire(op);
+    }
+    fifo_trim(e);
+}
+
+static void comp_cb(uct_completion_t *self)
+{
+    op_t *op = ucs_container_of(self, op_t, comp);
+
+    ++total_comp;
+    CHECK(op->state == OP_POSTED,
+          "ep %u %s seq %" PRIu64 ": completion of an operation in state %d",
+          op->ep->idx, kind_name[op->kind], op->seq, op->state);
+    CHECK(!op->in_call,
+          "ep %u %s seq %" PRIu64 ": completion inside the posting call",
+          op->ep->idx, kind_name[op->kind], op->seq);
+    CHECK(op->has_comp && (++op->calls == 1) && !op->done,
+          "ep %u %s seq %" PRIu64 ": completion %d (returned %s)", op->ep->idx,
+          kind_name[op->kind], op->seq, op->calls,
+          op->has_comp ? "UCS_INPROGRESS" : "UCS_OK");
+    CHECK(self->count == 0, "completion ran with count %d", self->count);
+    op_done(op, self->status);
+}
+
+/* Everything posted before the flush has completed and is in place. */
+static void flush_done(op_t *fl)
+{
+    tep_t *e = fl->ep;
+    unsigned i;
+    op_t *op;
+
+    for (i = e->posted_head; i != e->posted_tail; ++i) {
+        op = e->posted[i % FIFO_LEN];
+        if (op->seq >= fl->seq) {
+            break;
+        }
+        CHECK(!op->has_comp || op->done,
+              "ep %u: flush seq %" PRIu64 " completed before %s seq %" PRIu64,
+              e->idx, fl->seq, kind_name[op->kind], op->seq);
+        op_retire(op);
+    }
+}
+
+/* ------------------------------------------------------ pack callbacks */
+
+static size_t pack_put(void *dest, void *arg)
+{
+    op_t *op = arg;
+
+    ++op->packs;
+    pat_fill(dest, op->len, op->seed, op->off);
+    return op->len;
+}
+
+static uint64_t am_hdr(const tep_t *e, uint32_t seq)
+{
+    return (AM_MAGIC << 56) | ((uint64_t)e->idx << 48) | seq;
+}
+
+/* An AM's bytes: the 8-byte header word, then the pattern from byte 8. */
+static void am_fill(const op_t *op, uint8_t *dst, size_t from, size_t len)
+{
+    uint64_t hdr = am_hdr(op->ep, op->amseq);
+    size_t i;
+
+    for (i = 0; i < len; ++i) {
+        dst[i] = (from + i < 8) ? ((const uint8_t *)&hdr)[from + i]
+                                : pat(op->seed, from + i);
+    }
+}
+
+static size_t pack_am(void *dest, void *arg)
+{
+    op_t *op = arg;
+
+    ++op->packs;
+    am_fill(op, dest, 0, op->len);
+    return op->len;
+}
+
+static void unpack_get(void *arg, const void *data, size_t length)
+{
+    op_t *op = arg;
+
+    CHECK(length == op->len, "get_bcopy unpacked %zu bytes of %zu", length,
+          op->len);
+    CHECK(++op->packs == 1, "get_bcopy unpacked %d times", op->packs);
+    memcpy(ldst(op->ep, op->ldst), data, length);
+}
+
+static uint32_t am_seed(unsigned ep, uint32_t seq)
+{
+    return seq * 977u + ep * 131u + 17u;
+}
+
+/* -------------------------------------------------------------- posting */
+
+static uint64_t raddr_slot(const tep_t *e, const op_t *op)
+{
+    return (uintptr_t)(e->rarea + (size_t)op->slot * SLOT_SIZE + op->off);
+}
+
+static uint64_t raddr_word(const tep_t *e, const op_t *op)
+{
+    return (uintptr_t)(e->rarea + (size_t)SLOTS * SLOT_SIZE + op->slot * 8u +
+                       op->off);
+}
+
+static ucs_status_t post_atomic(op_t *op, uct_ep_h ep, uct_rkey_t rkey)
+{
+    uint64_t ra = raddr_word(op->ep, op);
+
+    if (op->kind == K_ATOMIC_CSWAP) {
+        return (op->size == 8)
+                   ? uct_ep_atomic_cswap64(ep, op->compare, op->value, ra, rkey,
+                                           &op->result.u64, &op->comp)
+                   : uct_ep_atomic_cswap32(ep, (uint32_t)op->compare,
+                                           (uint32_t)op->value, ra, rkey,
+                                           &op->result.u32, &op->comp);
+    } else if (op->kind == K_ATOMIC_FETCH) {
+        return (op->size == 8)
+                   ? uct_ep_atomic64_fetch(ep, op->aop, op->value,
+                                           &op->result.u64, ra, rkey, &op->comp)
+                   : uct_ep_atomic32_fetch(ep, op->aop, (uint32_t)op->value,
+                                           &op->result.u32, ra, rkey,
+                                           &op->comp);
+    }
+    return (op->size == 8)
+               ? uct_ep_atomic64_post(ep, op->aop, op->value, ra, rkey)
+               : uct_ep_atomic32_post(ep, op->aop, (uint32_t)op->value, ra,
+                                      rkey);
+}
+
+/* One attempt: the status UCT returned (a bcopy's length checked and
+ * turned into UCS_OK). */
+static ucs_status_t op_call(op_t *op)
+{
+    tep_t *e        = op->ep;
+    uct_ep_h ep     = e->ep;
+    uct_rkey_t rkey = e->dst->rkey.rkey;
+    uct_iov_t iov   = {.memh = e->src->memh, .count = 1, .stride = 0};
+    ssize_t n;
+
+    switch (op->kind) {
+    case K_PUT_SHORT:
+        pat_fill(e->stage, op->len, op->seed, op->off);
+        return uct_ep_put_short(ep, e->stage, (unsigned)op->len,
+                                raddr_slot(e, op), rkey);
+    case K_PUT_BCOPY:
+        op->packs = 0;
+        n         = uct_ep_put_bcopy(ep, pack_put, op, raddr_slot(e, op), rkey);
+        if (n < 0) {
+            CHECK((n != UCS_ERR_NO_RESOURCE) || (op->packs == 0),
+                  "put_bcopy packed, then said NO_RESOURCE");
+            return (ucs_status_t)n;
+        }
+        CHECK(((size_t)n == op->len) && (op->packs == 1),
+              "put_bcopy returned %zd (len %zu), packed %d times", n, op->len,
+              op->packs);
+        return UCS_OK;
+    case K_PUT_ZCOPY:
+        iov.buffer = lsrc(e, op->lsrc) + op->off;
+        iov.length = op->len;
+        return uct_ep_put_zcopy(ep, &iov, 1, raddr_slot(e, op), rkey,
+                                &op->comp);
+    case K_GET_BCOPY:
+        op->packs = 0;
+        return uct_ep_get_bcopy(ep, unpack_get, op, op->len, raddr_slot(e, op),
+                                rkey, &op->comp);
+    case K_GET_ZCOPY:
+        iov.buffer = ldst(e, op->ldst);
+        iov.length = op->len;
+        iov.memh   = e->src->memh;
+        return uct_ep_get_zcopy(ep, &iov, 1, raddr_slot(e, op), rkey,
+                                &op->comp);
+    case K_AM_SHORT:
+        am_fill(op, e->stage, 0, op->len);
+        return uct_ep_am_short(ep, AM_ID, am_hdr(e, op->amseq), e->stage + 8,
+                               (unsigned)(op->len - 8));
+    case K_AM_SHORT_IOV:
+        am_fill(op, e->stage, 0, op->len);
+        iov.buffer = e->stage;
+        iov.length = op->len;
+        iov.memh   = UCT_MEM_HANDLE_NULL;
+        return uct_ep_am_short_iov(ep, AM_ID, &iov, 1);
+    case K_AM_BCOPY:
+        op->packs = 0;
+        n         = uct_ep_am_bcopy(ep, AM_ID, pack_am, op, 0);
+        if (n < 0) {
+            return (ucs_status_t)n;
+        }
+        CHECK(((size_t)n == op->len) && (op->packs == 1),
+              "am_bcopy returned %zd (len %zu), packed %d times", n, op->len,
+              op->packs);
+        return UCS_OK;
+    case K_AM_ZCOPY:
+        iov.buffer = lsrc(e, op->lsrc);
+        iov.length = op->len - op->hdr_len;
+        return uct_ep_am_zcopy(ep, AM_ID, op->hdr, op->hdr_len, &iov, 1, 0,
+                               &op->comp);
+    case K_ATOMIC_POST:
+    case K_ATOMIC_FETCH:
+    case K_ATOMIC_CSWAP:
+        return post_atomic(op, ep, rkey);
+    case K_FLUSH:
+        return uct_ep_flush(ep, 0, &op->comp);
+    default:
+        CHECK(0, "kind %d", (int)op->kind);
+    }
+    return UCS_ERR_INVALID_PARAM;
+}
+
+/* Try to post: UCS_ERR_NO_RESOURCE leaves the operation as it was. */
+static ucs_status_t op_try(op_t *op)
+{
+    tep_t *e = op->ep;
+    ucs_status_t st;
+
+    op->in_call     = 1;
+    op->comp.func   = comp_cb;
+    op->comp.count  = 1;
+    op->comp.status = UCS_OK;
+    st              = op_call(op);
+    op->in_call     = 0;
+    if ((op->kind == K_PUT_SHORT) || (op->kind == K_AM_SHORT) ||
+        (op->kind == K_AM_SHORT_IOV)) {
+        /* Copied by the call: a later change must not matter. */
+        memset(e->stage, 0xa3, op->len + op->off);
+    }
+    if (st == UCS_ERR_NO_RESOURCE) {
+        CHECK(op->calls == 0, "%s said NO_RESOURCE and completed",
+              kind_name[op->kind]);
+        return st;
+    }
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS),
+          "ep %u %s seq %" PRIu64 " len %zu: %s", e->idx, kind_name[op->kind],
+          op->seq, op->len, ucs_status_string(st));
+    CHECK(op->calls == 0, "%s: completion inside the call",
+          kind_name[op->kind]);
+    op->state    = OP_POSTED;
+    op->has_comp = (st == UCS_INPROGRESS);
+    CHECK((e->posted_head == e->posted_tail) ||
+              (e->posted[(e->posted_tail - 1) % FIFO_LEN]->seq < op->seq),
+          "ep %u: seq %" PRIu64 " posted after a later one", e->idx, op->seq);
+    e->posted[e->posted_tail++ % FIFO_LEN] = op;
+    ++e->ops_posted;
+    if (op->kind == K_FLUSH) {
+        ++e->flushes;
+    }
+    if (st == UCS_OK) {
+        op_done(op, UCS_OK);
+    }
+    return st;
+}
+
+static ucs_status_t pending_cb(uct_pending_req_t *self)
+{
+    op_t *op = ucs_container_of(self, op_t, preq);
+    tep_t *e = op->ep;
+    ucs_status_t st;
+
+    CHECK(op->state == OP_QUEUED,
+          "pending callback of an operation in "
+          "state %d",
+          op->state);
+    CHECK((e->pend_head != e->pend_tail) &&
+              (e->pend[e->pend_head % FIFO_LEN] == op),
+          "ep %u: pending %s seq %" PRIu64 " dispatched out of order", e->idx,
+          kind_name[op->kind], op->seq);
+    st = op_try(op);
+    if (st == UCS_ERR_NO_RESOURCE) {
+        return st;
+    }
+    ++e->pend_head;
+    return UCS_OK;
+}
+
+static void pend_add(op_t *op)
+{
+    tep_t *e = op->ep;
+    unsigned tries;
+    ucs_status_t st;
+
+    op->preq.func = pending_cb;
+    for (tries = 0;; ++tries) {
+        CHECK(tries < 1000, "pending_add says BUSY and the operation "
+                            "NO_RESOURCE, 1000 times");
+        st = uct_ep_pending_add(e->ep, &op->preq, 0);
+        if (st == UCS_OK) {
+            op->state                          = OP_QUEUED;
+            e->pend[e->pend_tail++ % FIFO_LEN] = op;
+            ++total_pending;
+            return;
+        }
+        CHECK(st == UCS_ERR_BUSY, "pending_add: %s", ucs_status_string(st));
+        /* BUSY: resources now. Only when nothing is queued may the
+         * operation go ahead. */
+        if ((e->pend_head == e->pend_tail) &&
+            (op_try(op) != UCS_ERR_NO_RESOURCE)) {
+            return;
+        }
+    }
+}
+
+static void issue(op_t *op)
+{
+    tep_t *e = op->ep;
+
+    ++total_ops;
+    if ((e->pend_head != e->pend_tail) || (op_try(op) == UCS_ERR_NO_RESOURCE)) {
+        pend_add(op);
+    }
+}
+
+/* ------------------------------------------------------ building ops */
+
+static void flush_nocomp(tep_t *e);
+
+static op_t *op_alloc(tep_t *e, kind_t kind)
+{
+    double deadline = now() + WAIT_SEC;
+    unsigned i, n = 0;
+    op_t *op;
+
+    /* Every record in use: most wait for a flush to say they are in place,
+     * and there is no record for one. */
+    while (free_ops == NULL) {
+        if (now() > deadline) {
+            dump_state();
+            CHECK(0, "no operation record freed in %.0f s", WAIT_SEC);
+        }
+        uct_worker_progress(worker);
+        if ((++n % 16) == 0) {
+            for (i = 0; i < nep; ++i) {
+                flush_nocomp(&eps[i]);
+            }
+        }
+    }
+    op       = free_ops;
+    free_ops = op->next_free;
+    ++ops_live;
+    memset(op, 0, sizeof(*op));
+    op->ep   = e;
+    op->kind = kind;
+    op->seq  = e->next_seq++;
+    op->lsrc = ~0u;
+    op->ldst = ~0u;
+    return op;
+}
+
+/* May an operation (program order: next) touch a slot or word that has
+ * @a busy operations on it, the last with @a max_seq? Only when they are
+ * before a fence. */
+static int may_touch(const tep_t *e, unsigned busy, uint64_t max_seq)
+{
+    return (busy == 0) || (max_seq < e->fence_seq);
+}
+
+static int free_local(const int *busy)
+{
+    unsigned i, start = rng_below(SLOTS);
+
+    for (i = 0; i < SLOTS; ++i) {
+        if (!busy[(start + i) % SLOTS]) {
+            return (int)((start + i) % SLOTS);
+        }
+    }
+    return -1;
+}
+
+static int pick_slot(tep_t *e)
+{
+    unsigned i, start = rng_below(SLOTS), s;
+
+    for (i = 0; i < SLOTS; ++i) {
+        s = (start + i) % SLOTS;
+        if (may_touch(e, e->slots[s].busy, e->slots[s].max_seq)) {
+            return (int)s;
+        }
+    }
+    return -1;
+}
+
+static size_t min_size(size_t a, size_t b)
+{
+    return (a < b) ? a : b;
+}
+
+static int new_put_get(tep_t *e, kind_t kind)
+{
+    const uct_iface_attr_t *a = &e->src->attr;
+    int s = pick_slot(e), ls = 0;
+    size_t max;
+    op_t *op;
+
+    if (s < 0) {
+        return 0;
+    }
+    switch (kind) {
+    case K_PUT_SHORT:
+        max = a->cap.put.max_short;
+        break;
+    case K_PUT_BCOPY:
+        max = a->cap.put.max_bcopy;
+        break;
+    case K_GET_BCOPY:
+        max = a->cap.get.max_bcopy;
+        break;
+    case K_PUT_ZCOPY:
+        max = a->cap.put.max_zcopy;
+        break;
+    default:
+        max = a->cap.get.max_zcopy;
+        break;
+    }
+    max = min_size(max, SLOT_SIZE - 64);
+    if (kind == K_PUT_ZCOPY) {
+        ls = free_local(e->src_busy);
+    } else if (is_get(kind)) {
+        ls = free_local(e->dst_busy);
+    }
+    if (ls < 0) {
+        return 0;
+    }
+    op       = op_alloc(e, kind);
+    op->slot = (unsigned)s;
+    op->len  = rng_len(is_get(kind) ? 1 : 0, max);
+    op->off  = rng_below((unsigned)(SLOT_SIZE - op->len + 1));
+    op->seed = (uint32_t)rng_next();
+    e->slots[s].busy++;
+    e->slots[s].max_seq = op->seq;
+    if (is_put(kind)) {
+        pat_fill(e->slots[s].shadow + op->off, op->len, op->seed, op->off);
+        if (kind == K_PUT_ZCOPY) {
+            op->lsrc        = (unsigned)ls;
+            e->src_busy[ls] = 1;
+            pat_fill(lsrc(e, (unsigned)ls) + op->off, op->len, op->seed,
+                     op->off);
+        }
+    } else {
+        op->ldst        = (unsigned)ls;
+        e->dst_busy[ls] = 1;
+        memset(ldst(e, (unsigned)ls), 0xee, min_size(op->len + 64, SLOT_SIZE));
+        op->expect_data = malloc(op->len);
+        CHECK(op->expect_data != NULL, "out of memory");
+        memcpy(op->expect_data, e->slots[s].shadow + op->off, op->len);
+    }
+    issue(op);
+    return 1;
+}
+
+static int new_am(tep_t *e, kind_t kind)
+{
+    const uct_iface_attr_t *a = &e->src->attr;
+    size_t max;
+    int ls = -1;
+    op_t *op;
+
+    if (e->am_sent - e->am_rcvd >= AM_RING) {
+        return 0;
+    }
+    switch (kind) {
+    case K_AM_SHORT:
+    case K_AM_SHORT_IOV:
+        max = a->cap.am.max_short;
+        break;
+    case K_AM_BCOPY:
+        max = a->cap.am.max_bcopy;
+        break;
+    default:
+        max = min_size(a->cap.am.max_zcopy, SLOT_SIZE); /* header included */
+        ls  = free_local(e->src_busy);
+        if (ls < 0) {
+            return 0;
+        }
+        break;
+    }
+    if ((max < 8) || ((kind == K_AM_ZCOPY) && (a->cap.am.max_hdr < 8))) {
+        return 0;
+    }
+    op        = op_alloc(e, kind);
+    op->amseq = e->am_sent++;
+    op->seed  = am_seed(e->idx, op->amseq);
+    op->len   = rng_len(8, max);
+    if (kind == K_AM_ZCOPY) {
+        op->hdr_len = (unsigned)rng_len(
+            8, min_size(min_size(a->cap.am.max_hdr, MAX_HDR), op->len));
+        am_fill(op, op->hdr, 0, op->hdr_len);
+        op->lsrc        = (unsigned)ls;
+        e->src_busy[ls] = 1;
+        am_fill(op, lsrc(e, (unsigned)ls), op->hdr_len, op->len - op->hdr_len);
+    }
+    e->am_len[op->amseq % AM_RING] = (uint32_t)op->len;
+    issue(op);
+    return 1;
+}
+
+static void word_apply(uint8_t *w, unsigned size, uct_atomic_op_t aop,
+                       uint64_t value, uint64_t compare, int cswap,
+                       uint64_t *old_p)
+{
+    uint64_t old = 0, nv;
+
+    memcpy(&old, w, size);
+    if (cswap) {
+        nv = (old == compare) ? value : old;
+    } else {
+        switch (aop) {
+        case UCT_ATOMIC_OP_ADD:
+            nv = old + value;
+            break;
+        case UCT_ATOMIC_OP_AND:
+            nv = old & value;
+            break;
+        case UCT_ATOMIC_OP_OR:
+            nv = old | value;
+            break;
+        case UCT_ATOMIC_OP_XOR:
+            nv = old ^ value;
+            break;
+        default: /* SWAP */
+            nv = value;
+            break;
+        }
+    }
+    memcpy(w, &nv, size); /* little-endian: the low bytes of the word */
+    *old_p = old;
+}
+
+static int new_atomic(tep_t *e, kind_t kind)
+{
+    const uct_iface_attr_t *a          = &e->src->attr;
+    static const uct_atomic_op_t ops[] = {UCT_ATOMIC_OP_ADD, UCT_ATOMIC_OP_AND,
+                                          UCT_ATOMIC_OP_OR, UCT_ATOMIC_OP_XOR,
+                                          UCT_ATOMIC_OP_SWAP};
+    unsigned size = rng_pct(50) ? 8 : 4, i, w = rng_below(WORDS);
+    uint64_t flags, mask = (size == 8) ? ~0ull : 0xffffffffull, old;
+    uct_atomic_op_t aop;
+    op_t *op;
+
+    if (!may_touch(e, e->words[w].busy, e->words[w].max_seq)) {
+        return 0;
+    }
+    if (kind == K_ATOMIC_CSWAP) {
+        flags =
+            (size == 8) ? a->cap.atomic64.fop_flags : a->cap.atomic32.fop_flags;
+        if (!(flags & UCS_BIT(UCT_ATOMIC_OP_CSWAP))) {
+            return 0;
+        }
+        aop = UCT_ATOMIC_OP_CSWAP;
+    } else {
+        flags = (size == 8)
+                    ? ((kind == K_ATOMIC_POST) ? a->cap.atomic64.op_flags
+                                               : a->cap.atomic64.fop_flags)
+                    : ((kind == K_ATOMIC_POST) ? a->cap.atomic32.op_flags
+                                               : a->cap.atomic32.fop_flags);
+        i     = rng_below(5);
+        aop   = ops[i];
+        if (!(flags & UCS_BIT(aop))) {
+            return 0;
+        }
+    }
+    op          = op_alloc(e, kind);
+    op->slot    = w;
+    op->size    = size;
+    op->off     = (size == 4) ? 4 * rng_below(2) : 0;
+    op->aop     = aop;
+    op->value   = rng_next() & mask;
+    op->compare = rng_next() & mask;
+    if ((kind == K_ATOMIC_CSWAP) && rng_pct(60)) {
+        op->compare = 0;
+        memcpy(&op->compare, e->words[w].shadow + op->off, size);
+    }
+    word_apply(e->words[w].shadow + op->off, size, aop, op->value, op->compare,
+               kind == K_ATOMIC_CSWAP, &old);
+    op->expect = old;
+    e->words[w].busy++;
+    e->words[w].max_seq = op->seq;
+    issue(op);
+    return 1;
+}
+
+static void new_flush(tep_t *e)
+{
+    issue(op_alloc(e, K_FLUSH));
+}
+
+/* flush(ep) without a completion: UCS_OK says everything posted is done. */
+static void flush_nocomp(tep_t *e)
+{
+    ucs_status_t st = uct_ep_flush(e->ep, 0, NULL);
+    unsigned i;
+    op_t *op;
+
+    if (st != UCS_OK) {
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+              "flush(ep, NULL): %s", ucs_status_string(st));
+        return;
+    }
+    CHECK(e->pend_head == e->pend_tail,
+          "ep %u: flush said UCS_OK with %u operations pending", e->idx,
+          e->pend_tail - e->pend_head);
+    for (i = e->posted_head; i != e->posted_tail; ++i) {
+        op = e->posted[i % FIFO_LEN];
+        CHECK(!op->has_comp || op->done,
+              "ep %u: flush(NULL) said UCS_OK before %s seq %" PRIu64
+              " completed",
+              e->idx, kind_name[op->kind], op->seq);
+        op_retire(op);
+    }
+    fifo_trim(e);
+}
+
+/* iface flush: UCS_OK says every endpoint of the interface is done. */
+static void flush_iface(side_t *s)
+{
+    ucs_status_t st = uct_iface_flush(s->iface, 0, NULL);
+    unsigned i, j;
+    op_t *op;
+
+    if (st != UCS_OK) {
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+              "iface_flush: %s", ucs_status_string(st));
+        return;
+    }
+    for (j = 0; j < nep; ++j) {
+        tep_t *e = &eps[j];
+
+        if (!e->active || (e->src != s)) {
+            continue;
+        }
+        CHECK(e->pend_head == e->pend_tail,
+              "iface flush said UCS_OK with ep %u's %u operations pending", j,
+              e->pend_tail - e->pend_head);
+        for (i = e->posted_head; i != e->posted_tail; ++i) {
+            op = e->posted[i % FIFO_LEN];
+            CHECK(!op->has_comp || op->done,
+                  "iface flush said UCS_OK before ep %u's %s seq %" PRIu64
+                  " completed",
+                  j, kind_name[op->kind], op->seq);
+            op_retire(op);
+        }
+        fifo_trim(e);
+    }
+}
+
+/* ------------------------------------------------------------- AM side */
+
+static ucs_status_t am_cb(void *arg, void *data, size_t length, unsigned flags)
+{
+    side_t *s = arg;
+    uint64_t hdr;
+    unsigned idx;
+    uint32_t seq;
+    const uint8_t *p = data;
+    tep_t *e;
+    size_t i;
+
+    ++s->am_calls;
+    CHECK(length >= 8, "AM of %zu bytes", length);
+    memcpy(&hdr, data, 8);
+    CHECK((hdr >> 56) == AM_MAGIC, "AM header 0x%016" PRIx64, hdr);
+    idx = (unsigned)(hdr >> 48) & 0xff;
+    seq = (uint32_t)hdr;
+    CHECK(idx < nep, "AM from endpoint %u", idx);
+    e = &eps[idx];
+    CHECK(e->dst == s, "ep %u's AM reached the wrong interface", idx);
+    CHECK(seq == e->am_rcvd, "ep %u: AM %u arrived, expected %u (sent %u)", idx,
+          seq, e->am_rcvd, e->am_sent);
+    CHECK(length == e->am_len[seq % AM_RING], "ep %u AM %u: %zu bytes, sent %u",
+          idx, seq, length, e->am_len[seq % AM_RING]);
+    for (i = 8; i < length; ++i) {
+        CHECK(p[i] == pat(am_seed(idx, seq), i),
+              "ep %u AM %u (%zu bytes): byte %zu differs", idx, seq, length, i);
+    }
+    ++e->am_rcvd;
+    if ((flags & UCT_CB_PARAM_FLAG_DESC) && (s->nkept < MAX_KEPT) &&
+        rng_pct(cfg.keep_pct)) {
+        s->kept[s->nkept].desc = (uint8_t *)data - cfg.headroom;
+        s->kept[s->nkept].data = data;
+        s->kept[s->nkept].len  = length;
+        s->kept[s->nkept].seed = am_seed(idx, seq);
+        ++s->nkept;
+        ++total_kept;
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+static void release_kept(side_t *s, unsigned n)
+{
+    unsigned k, i;
+    size_t j;
+
+    while ((n-- > 0) && (s->nkept > 0)) {
+        k = rng_below(s->nkept);
+        for (j = 8; j < s->kept[k].len; ++j) {
+            CHECK(s->kept[k].data[j] == pat(s->kept[k].seed, j),
+                  "a kept AM descriptor changed at byte %zu", j);
+        }
+        uct_iface_release_desc(s->kept[k].desc);
+        for (i = k + 1; i < s->nkept; ++i) {
+            s->kept[i - 1] = s->kept[i];
+        }
+        --s->nkept;
+    }
+}
+
+static ucs_status_t err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
+{
+    CHECK(ending, "error handler: ep %p %s", (void *)ep,
+          ucs_status_string(status));
+    return UCS_OK;
+}
+
+/* -------------------------------------------------------------- setup */
+
+static void cfg_set(uct_iface_config_t *c, const char *name, unsigned v)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), "%u", v);
+    CHECK_OK(uct_config_modify(c, name, buf));
+}
+
+static ucs_status_t side_open(side_t *s)
+{
+    uct_iface_params_t params = {0};
+    uct_iface_config_t *c;
+    ucs_status_t st;
+
+    memset(s, 0, sizeof(*s));
+    CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &c));
+    cfg_set(c, "NUM_QPS", cfg.num_qps);
+    CHECK_OK(uct_config_modify(c, "LB", cfg.lb));
+    cfg_set(c, "FRAG_SIZE", cfg.frag);
+    cfg_set(c, "STRIPE_THRESH", cfg.stripe);
+    cfg_set(c, "MAX_OUTSTANDING", cfg.max_outstanding);
+    cfg_set(c, "TX_QUEUE_LEN", cfg.tx_queue_len);
+    cfg_set(c, "RX_QUEUE_LEN", cfg.rx_queue_len);
+    cfg_set(c, "FC_WND_SIZE", cfg.fc_wnd);
+    cfg_set(c, "SEG_SIZE", cfg.seg_size);
+    cfg_set(c, "MAX_INLINE", cfg.max_inline);
+    cfg_set(c, "CQ_LEN", cfg.cq_len);
+    params.field_mask =
+        UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
+        UCT_IFACE_PARAM_FIELD_RX_HEADROOM | UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
+        UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
+        UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = "rc_vqp";
+    params.mode.device.dev_name = "vqp_sw0";
+    params.rx_headroom          = cfg.headroom;
+    params.err_handler          = err_cb;
+    params.err_handler_arg      = s;
+    st = uct_iface_open(md, worker, &params, c, &s->iface);
+    uct_config_release(c);
+    if (st != UCS_OK) {
+        return st;
+    }
+    CHECK_OK(uct_iface_query(s->iface, &s->attr));
+    s->dev_addr   = calloc(1, s->attr.device_addr_len);
+    s->iface_addr = calloc(1, s->attr.iface_addr_len);
+    CHECK_OK(uct_iface_get_device_address(s->iface, s->dev_addr));
+    CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr));
+    CHECK_OK(uct_iface_set_am_handler(s->iface, AM_ID, am_cb, s, 0));
+    uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    s->buf = aligned_alloc(4096, SIDE_BUF);
+    CHECK(s->buf != NULL, "out of memory");
+    memset(s->buf, 0, SIDE_BUF);
+    CHECK_OK(
+        uct_md_mem_reg(md, s->buf, SIDE_BUF, UCT_MD_MEM_ACCESS_ALL, &s->memh));
+    return UCS_OK;
+}
+
+static void side_rkey(side_t *s)
+{
+    uct_md_attr_t md_attr;
+    void *rkey_buf;
+
+    CHECK_OK(uct_md_query(md, &md_attr));
+    rkey_buf = calloc(1, md_attr.rkey_packed_size);
+    CHECK_OK(uct_md_mkey_pack(md, s->memh, rkey_buf));
+    CHECK_OK(uct_rkey_unpack(component, rkey_buf, &s->rkey));
+    free(rkey_buf);
+}
+
+static void side_close(side_t *s)
+{
+    release_kept(s, MAX_KEPT);
+    uct_rkey_release(component, &s->rkey);
+    CHECK_OK(uct_md_mem_dereg(md, s->memh));
+    uct_iface_close(s->iface);
+    free(s->buf);
+    free(s->dev_addr);
+    free(s->iface_addr);
+}
+
+static void tep_init(tep_t *e, unsigned idx, side_t *src, side_t *dst)
+{
+    unsigned s;
+
+    memset(e, 0, offsetof(tep_t, slots));
+    memset(e->slots, 0, sizeof(e->slots));
+    memset(e->words, 0, sizeof(e->words));
+    memset(e->src_busy, 0, sizeof(e->src_busy));
+    memset(e->dst_busy, 0, sizeof(e->dst_busy));
+    e->next_seq    = 1;
+    e->fence_seq   = 0;
+    e->posted_head = e->posted_tail = e->pend_head = e->pend_tail = 0;
+    e->am_sent = e->am_rcvd = 0;
+    e->ops_posted = e->ops_pending = e->flushes = 0;
+    e->idx                                      = idx;
+    e->src                                      = src;
+    e->dst                                      = dst;
+    e->rarea = dst->buf + (size_t)idx * RAREA_SIZE;
+    e->src_area =
+        src->buf + (size_t)MAX_EPS * RAREA_SIZE + (size_t)idx * LAREA_SIZE;
+    e->dst_area = e->src_area + (size_t)SLOTS * SLOT_SIZE;
+    for (s = 0; s < SLOTS; ++s) {
+        e->slots[s].shadow = malloc(SLOT_SIZE);
+        CHECK(e->slots[s].shadow != NULL, "out of memory");
+        pat_fill(e->slots[s].shadow, SLOT_SIZE, 1000u + idx * 16u + s, 0);
+        memcpy(e->rarea + (size_t)s * SLOT_SIZE, e->slots[s].shadow, SLOT_SIZE);
+    }
+    for (s = 0; s < WORDS; ++s) {
+        uint64_t v = rng_next();
+
+        memcpy(e->words[s].shadow, &v, 8);
+        memcpy(e->rarea + (size_t)SLOTS * SLOT_SIZE + s * 8u, &v, 8);
+    }
+}
+
+static uct_ep_h ep_to_iface(side_t *from, side_t *to)
+{
+    uct_ep_params_t p = {0};
+    uct_ep_h ep;
+
+    p.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                   UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    p.iface      = from->iface;
+    p.dev_addr   = to->dev_addr;
+    p.iface_addr = to->iface_addr;
+    CHECK_OK(uct_ep_create(&p, &ep));
+    return ep;
+}
+
+static void connect_eps(void)
+{
+    uct_ep_params_t p = {.field_mask = UCT_EP_PARAM_FIELD_IFACE};
+    void *addr0, *addr1;
+    unsigned i;
+
+    if (cfg.to_iface) {
+        for (i = 0; i < nep; ++i) {
+            eps[i].ep = ep_to_iface(eps[i].src, eps[i].dst);
+        }
+    } else {
+        /* One connection, used both ways (as UCP's wireup makes it). */
+        p.iface = sides[0].iface;
+        CHECK_OK(uct_ep_create(&p, &eps[0].ep));
+        p.iface = sides[1].iface;
+        CHECK_OK(uct_ep_create(&p, &eps[1].ep));
+        addr0 = calloc(1, sides[0].attr.ep_addr_len);
+        addr1 = calloc(1, sides[1].attr.ep_addr_len);
+        CHECK_OK(uct_ep_get_address(eps[0].ep, addr0));
+        CHECK_OK(uct_ep_get_address(eps[1].ep, addr1));
+        CHECK_OK(uct_ep_connect_to_ep(eps[0].ep, sides[1].dev_addr, addr1));
+        CHECK_OK(uct_ep_connect_to_ep(eps[1].ep, sides[0].dev_addr, addr0));
+        free(addr0);
+        free(addr1);
+    }
+    for (i = 0; i < nep; ++i) {
+        eps[i].active = 1;
+    }
+}
+
+static void pick_config(void)
+{
+    static const unsigned frags[]   = {1024, 4096, 16384, 65536, 1048576};
+    static const unsigned stripes[] = {512, 4096, 16384, 65536, 524288};
+    static const unsigned outs[]    = {1, 2, 4, 16};
+    static const unsigned txq[]     = {2, 8, 32, 256};
+    static const unsigned rxq[]     = {16, 64, 512, 4095};
+    static const unsigned fcw[]     = {5, 8, 32, 128};
+    static const unsigned segs[]    = {256, 1024, 8192};
+    static const unsigned inl[]     = {8, 32, 128, 256};
+    static const unsigned cqs[]     = {64, 512, 4096, 65536};
+    static const size_t heads[]     = {0, 8, 40};
+    static const char *faults[]     = {
+            NULL, "seed=%u,reorder=0.3", "seed=%u,delay_us=20,delay_prob=0.05",
+            "seed=%u,reorder=0.2,delay_us=5,delay_prob=0.1"};
+#define PICK(_a) ((_a)[rng_below(sizeof(_a) / sizeof((_a)[0]))])
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.num_qps         = rng_pct(20) ? 1 : 1 + rng_below(8);
+    cfg.lb              = rng_pct(50) ? "dqplb" : "spray";
+    cfg.frag            = PICK(frags);
+    cfg.stripe          = PICK(stripes);
+    cfg.max_outstanding = PICK(outs);
+    cfg.tx_queue_len    = PICK(txq);
+    cfg.rx_queue_len    = PICK(rxq);
+    cfg.fc_wnd          = PICK(fcw);
+    cfg.seg_size        = PICK(segs);
+    cfg.max_inline      = PICK(inl);
+    cfg.cq_len          = PICK(cqs);
+    /* The receive queue's entries (a power of two) and one entry per QP of
+     * up to four virtual QPs per interface (two endpoints, two passive). */
+    while (cfg.cq_len <
+           2 * (cfg.rx_queue_len + 1) + 4 * (cfg.num_qps + 1) + 8) {
+        cfg.cq_len *= 2;
+    }
+    cfg.headroom = PICK(heads);
+    cfg.to_iface = rng_pct(60);
+    cfg.nep      = cfg.to_iface ? 1 + rng_below(3) : 2;
+    cfg.ops      = 100 + rng_below(700);
+    cfg.end = rng_pct(60) ? END_DRAIN : rng_pct(50) ? END_CANCEL : END_DESTROY;
+    cfg.faults   = PICK(faults);
+    cfg.keep_pct = rng_pct(50) ? 0 : PICK(((const unsigned[]){5, 30}));
+#undef PICK
+}
+
+static void describe(void)
+{
+    snprintf(trial_desc, sizeof(trial_desc),
+             "qps %u %s frag %u stripe %u outstanding %u txq %u rxq %u fc %u"
+             " seg %u inline %u cq %u headroom %zu %s eps %u ops %u end %s"
+             " faults %s keep %u%%",
+             cfg.num_qps, cfg.lb, cfg.frag, cfg.stripe, cfg.max_outstanding,
+             cfg.tx_queue_len, cfg.rx_queue_len, cfg.fc_wnd, cfg.seg_size,
+             cfg.max_inline, cfg.cq_len, cfg.headroom,
+             cfg.to_iface ? "to-iface" : "ep-to-ep", cfg.nep, cfg.ops,
+             end_name[cfg.end], cfg.faults ? cfg.faults : "none", cfg.keep_pct);
+}
+
+static void md_open(void)
+{
+    uct_md_config_t *mc;
+    char faults[128];
+
+    if (cfg.faults != NULL) {
+        snprintf(faults, sizeof(faults), cfg.faults, (unsigned)trial_seed);
+        setenv("VQP_SW_FAULTS", faults, 1);
+    } else {
+        unsetenv("VQP_SW_FAULTS");
+    }
+    CHECK_OK(uct_md_config_read(component, NULL, NULL, &mc));
+    CHECK_OK(uct_md_open(component, "vqp_sw0", mc, &md));
+    uct_config_release(mc);
+}
+
+/* ------------------------------------------------------------- endings */
+
+static void purge_cb(uct_pending_req_t *req, void *arg)
+{
+    op_t *op = ucs_container_of(req, op_t, preq);
+    tep_t *e = arg;
+
+    CHECK(op->ep == e, "purged a request of another endpoint");
+    CHECK(op->state == OP_QUEUED, "purged a request in state %d", op->state);
+    op->state = OP_PURGED;
+}
+
+/* Purge: exactly the requests still queued come back. */
+static void purge(tep_t *e)
+{
+    unsigned i;
+    op_t *op;
+
+    uct_ep_pending_purge(e->ep, purge_cb, e);
+    for (i = e->pend_head; i != e->pend_tail; ++i) {
+        op = e->pend[i % FIFO_LEN];
+        CHECK(op->state == OP_PURGED,
+              "ep %u: queued %s seq %" PRIu64 " not purged", e->idx,
+              kind_name[op->kind], op->seq);
+        op_retire(op);
+        op_free(op);
+    }
+    e->pend_head = e->pend_tail;
+}
+
+static int all_done(const tep_t *e)
+{
+    return e->posted_head == e->posted_tail;
+}
+
+static int drained(void)
+{
+    unsigned i;
+
+    for (i = 0; i < nep; ++i) {
+        if ((eps[i].pend_head != eps[i].pend_tail) || !all_done(&eps[i]) ||
+            (eps[i].am_rcvd != eps[i].am_sent)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void end_drain(void)
+{
+    unsigned i, rounds = 0;
+
+    /* Flush until everything is retired and every AM arrived (one flush
+     * retires what was posted before it; the AMs need the receiver's
+     * progress). */
+    while (!drained()) {
+        CHECK(++rounds < 1000, "not drained after 1000 flush rounds");
+        for (i = 0; i < nep; ++i) {
+            new_flush(&eps[i]);
+        }
+        WAIT_FOR(({
+                     int _ok = 1;
+                     for (i = 0; i < nep; ++i) {
+                         _ok &= (eps[i].pend_head == eps[i].pend_tail) &&
+                                all_done(&eps[i]);
+                     }
+                     _ok;
+                 }),
+                 "the final flushes did not complete");
+        WAIT_FOR(({
+                     int _ok = 1;
+                     for (i = 0; i < nep; ++i) {
+                         _ok &= eps[i].am_rcvd == eps[i].am_sent;
+                     }
+                     _ok;
+                 }),
+                 "AMs not delivered");
+    }
+    for (i = 0; i < nep; ++i) {
+        unsigned s;
+
+        for (s = 0; s < SLOTS; ++s) {
+            CHECK(eps[i].slots[s].busy == 0, "slot busy after the drain");
+            verify_slot(&eps[i], s);
+        }
+        for (s = 0; s < WORDS; ++s) {
+            verify_word(&eps[i], s);
+        }
+    }
+    flush_iface(&sides[0]);
+    flush_iface(&sides[1]);
+}
+
+static unsigned cancel_done;
+
+static void cancel_comp_cb(uct_completion_t *self)
+{
+    CHECK(self->count == 0, "cancel flush completion with count %d",
+          self->count);
+    ++cancel_done;
+}
+
+/* Every operation posted has completed once: nothing left in flight. */
+static void check_all_completed(tep_t *e)
+{
+    unsigned i;
+    op_t *op;
+
+    for (i = e->posted_head; i != e->posted_tail; ++i) {
+        op = e->posted[i % FIFO_LEN];
+        CHECK(!op->has_comp || op->done,
+              "ep %u: %s seq %" PRIu64 " never completed", e->idx,
+              kind_name[op->kind], op->seq);
+        op_retire(op);
+    }
+    fifo_trim(e);
+    CHECK(all_done(e), "ep %u: %u operations left", e->idx,
+          e->posted_tail - e->posted_head);
+}
+
+static void end_cancel(void)
+{
+    uct_completion_t comps[MAX_EPS];
+    unsigned i, want = 0;
+    ucs_status_t st;
+
+    ending      = 1;
+    cancel_done = 0;
+    for (i = 0; i < nep; ++i) {
+        purge(&eps[i]);
+    }
+    for (i = 0; i < nep; ++i) {
+        comps[i].func   = cancel_comp_cb;
+        comps[i].count  = 1;
+        comps[i].status = UCS_OK;
+        st = uct_ep_flush(eps[i].ep, UCT_FLUSH_FLAG_CANCEL, &comps[i]);
+        CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "flush(CANCEL): %s",
+              ucs_status_string(st));
+        want += (st == UCS_INPROGRESS);
+    }
+    WAIT_FOR(cancel_done == want, "flush(CANCEL) did not complete");
+    for (i = 0; i < nep; ++i) {
+        check_all_completed(&eps[i]);
+    }
+}
+
+static void end_destroy(void)
+{
+    unsigned i;
+
+    ending = 1;
+    for (i = 0; i < nep; ++i) {
+        purge(&eps[i]);
+    }
+    for (i = 0; i < nep; ++i) {
+        uct_ep_destroy(eps[i].ep);
+        eps[i].active = 0;
+        check_all_completed(&eps[i]);
+    }
+}
+
+/* --------------------------------------------------------------- trial */
+
+static void run_trial(void)
+{
+    unsigned i, issued = 0, r;
+    ucs_status_t st;
+    tep_t *e;
+
+    pick_config();
+    describe();
+    if (verbose) {
+        printf("# trial %" PRIu64 ": %s\n", trial_seed, trial_desc);
+        fflush(stdout);
+    }
+    md_open();
+    st = side_open(&sides[0]);
+    if (st == UCS_OK) {
+        st = side_open(&sides[1]);
+        if (st != UCS_OK) {
+            side_close(&sides[0]);
+        }
+    }
+    CHECK(st == UCS_OK, "interface open: %s", ucs_status_string(st));
+    side_rkey(&sides[0]);
+    side_rkey(&sides[1]);
+
+    ending   = 0;
+    nep      = cfg.nep;
+    free_ops = NULL;
+    ops_live = 0;
+    for (i = 0; i < MAX_OPS; ++i) {
+        op_pool[i].state     = OP_FREE;
+        op_pool[i].next_free = free_ops;
+        free_ops             = &op_pool[i];
+    }
+    /* ep 0: A to B; ep 1: B to A; ep 2: A to itself. */
+    tep_init(&eps[0], 0, &sides[0], &sides[1]);
+    if (nep > 1) {
+        tep_init(&eps[1], 1, &sides[1], &sides[0]);
+    }
+    if (nep > 2) {
+        tep_init(&eps[2], 2, &sides[0], &sides[0]);
+    }
+    connect_eps();
+
+    while (issued < cfg.ops) {
+        e = &eps[rng_below(nep)];
+        r = rng_below(100);
+        if (r < 8) {
+            issued += new_put_get(e, K_PUT_SHORT);
+        } else if (r < 15) {
+            issued += new_put_get(e, K_PUT_BCOPY);
+        } else if (r < 27) {
+            issued += new_put_get(e, K_PUT_ZCOPY);
+        } else if (r < 32) {
+            issued += new_put_get(e, K_GET_BCOPY);
+        } else if (r < 41) {
+            issued += new_put_get(e, K_GET_ZCOPY);
+        } else if (r < 48) {
+            issued += new_am(e, K_AM_SHORT);
+        } else if (r < 51) {
+            issued += new_am(e, K_AM_SHORT_IOV);
+        } else if (r < 57) {
+            issued += new_am(e, K_AM_BCOPY);
+        } else if (r < 63) {
+            issued += new_am(e, K_AM_ZCOPY);
+        } else if (r < 67) {
+            issued += new_atomic(e, K_ATOMIC_POST);
+        } else if (r < 72) {
+            issued += new_atomic(e, K_ATOMIC_FETCH);
+        } else if (r < 75) {
+            issued += new_atomic(e, K_ATOMIC_CSWAP);
+        } else if (r < 78) {
+            new_flush(e);
+            ++issued;
+        } else if (r < 80) {
+            flush_nocomp(e);
+        } else if (r < 81) {
+            flush_iface(&sides[rng_below(2)]);
+        } else if (r < 85) {
+            /* A fence with requests queued would order them only by
+             * rc_vqp's own rule; UCP fences with none queued. */
+            if (e->pend_head == e->pend_tail) {
+                CHECK_OK(uct_ep_fence(e->ep, 0));
+                e->fence_seq = e->next_seq;
+            }
+        } else if (r < 87) {
+            release_kept(&sides[rng_below(2)], 1 + rng_below(4));
+        } else {
+            unsigned n = rng_below(4);
+
+            while (n-- > 0) {
+                uct_worker_progress(worker);
+            }
+        }
+    }
+
+    switch (cfg.end) {
+    case END_DRAIN:
+        end_drain();
+        break;
+    case END_CANCEL:
+        end_cancel();
+        break;
+    default:
+        end_destroy();
+        break;
+    }
+    for (i = 0; i < nep; ++i) {
+        e = &eps[i];
+        if (e->active) {
+            uct_ep_destroy(e->ep);
+            e->active = 0;
+        }
+    }
+    /* Let passive endpoints see their peers go. */
+    for (i = 0; i < 100; ++i) {
+        uct_worker_progress(worker);
+    }
+    CHECK(ops_live == 0, "%u operation records still in use", ops_live);
+    side_close(&sides[0]);
+    side_close(&sides[1]);
+    for (i = 0; i < nep; ++i) {
+        unsigned s;
+
+        for (s = 0; s < SLOTS; ++s) {
+            free(eps[i].slots[s].shadow);
+        }
+    }
+    uct_md_close(md);
+}
+
+int main(int argc, char **argv)
+{
+    uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
+    uct_component_h *components;
+    const char *s   = getenv("UCT_RANDOM_SEED");
+    const char *n   = getenv("UCT_RANDOM_TRIALS");
+    uint64_t first  = (s != NULL) ? strtoull(s, NULL, 0) : 1;
+    unsigned trials = (n != NULL) ? (unsigned)strtoul(n, NULL, 0)
+                      : (getenv("VQP_TEST_VALGRIND") != NULL) ? 30
+                                                              : 200;
+    unsigned i, count;
+
+    (void)argc;
+    (void)argv;
+    verbose = (getenv("UCT_RANDOM_VERBOSE") != NULL);
+    CHECK(dlopen(RC_VQP_MODULE, RTLD_NOW | RTLD_GLOBAL) != NULL, "dlopen: %s",
+          dlerror());
+    setenv("UCX_RC_VQP_SW", "y", 1);
+    CHECK_OK(uct_query_components(&components, &count));
+    for (i = 0; i < count; ++i) {
+        CHECK_OK(uct_component_query(components[i], &cattr));
+        if (!strcmp(cattr.name, "rc_vqp")) {
+            component = components[i];
+        }
+    }
+    CHECK(component != NULL, "no rc_vqp component");
+    CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_POLL, &async));
+    CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker));
+
+    for (i = 0; i < trials; ++i) {
+        trial_seed = first + i;
+        rng.s      = trial_seed * 0x2545f4914f6cdd1dull;
+        run_trial();
+    }
+    printf("# %lu operations, %lu queued as pending, %lu completions,"
+           " %lu AM descriptors kept\n",
+           total_ops, total_pending, total_comp, total_kept);
+    uct_worker_destroy(worker);
+    ucs_async_context_destroy(async);
+    uct_release_component_list(components);
+    printf("%u passed, 0 failed\n", trials);
+    return 0;
+}
