@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -468,6 +469,124 @@ static void test_wakeup_across_processes(void **state)
     side_close(&s);
 }
 
+/* Sender for the race below: spins on @a go (shared) for each message's
+ * number, pauses a random few microseconds (as the parent does before it
+ * arms, so the deposit lands anywhere around the arm), then sends. */
+static int child_race_main(int rfd, int wfd, const uint32_t *go)
+{
+    struct mlx5_cqe64 cqe;
+    volatile unsigned pause;
+    uint32_t n = 0, want;
+    side_t s;
+
+    if ((side_open(&s) != 0) || (side_connect(&s, rfd, wfd) != 0)) {
+        return 1;
+    }
+    srand((unsigned)getpid());
+    for (;;) {
+        while ((want = __atomic_load_n(go, __ATOMIC_ACQUIRE)) == n) {
+        }
+        if (want == UINT32_MAX) {
+            break;
+        }
+        n = want;
+        for (pause = rand() % 2048; pause > 0; --pause) {
+        }
+        sw_test_ctrl(&s.qp, MLX5_OPCODE_SEND, 2, MLX5_WQE_CTRL_CQ_UPDATE, 0);
+        sw_test_dseg(&s.qp, 1, s.buf, 16, s.lkey);
+        sw_test_ring(&s.qp, 2);
+        if ((sw_test_poll(&s.dev, 1, &s.scq, &cqe, 5000) != 0) ||
+            (sw_test_cqe_opcode(&cqe) != MLX5_CQE_REQ)) {
+            return 2;
+        }
+    }
+    side_close(&s);
+    return 0;
+}
+
+/* Arm against a deposit racing it, many times: a lost wakeup is a sleep
+ * that times out while the SEND waits in our segment. Our pause before the
+ * arm adapts (longer after a sleep, shorter after finding the record) so
+ * that arms keep landing around the deposit whatever the machine's speed.
+ * Without the depositor's fence (or the arm's), a wakeup was lost within a
+ * few thousand messages in every run. */
+static void test_wakeup_race(void **state)
+{
+    int to_child[2], from_child[2], status, fd, i, slept = 0, found = 0;
+    unsigned delay = 1024;
+    struct mlx5_cqe64 cqe;
+    volatile unsigned pause;
+    ucs_status_t st;
+    uint32_t *go;
+    bool asleep;
+    pid_t child;
+    side_t s;
+
+    go = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+              -1, 0);
+    assert_true(go != MAP_FAILED);
+    *go = 0;
+    assert_int_equal(pipe(to_child), 0);
+    assert_int_equal(pipe(from_child), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(to_child[1]);
+        close(from_child[0]);
+        _exit(child_race_main(to_child[0], from_child[1], go));
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    assert_int_equal(side_open(&s), 0);
+    assert_int_equal(side_connect(&s, from_child[0], to_child[1]), 0);
+    assert_int_equal(vqp_sw_dev_event_fd(s.dev, &fd), UCS_OK);
+
+    for (i = 1; i <= 5000; ++i) {
+        sw_test_post_recv(&s.qp, s.buf + 1024, 64, s.lkey);
+        __atomic_store_n(go, (uint32_t)i, __ATOMIC_RELEASE);
+        for (pause = rand() % (2 * delay + 1); pause > 0; --pause) {
+        }
+        asleep = false;
+        for (;;) {
+            st = vqp_sw_dev_arm(s.dev);
+            if (st == UCS_OK) {
+                asleep = true;
+                if (!readable(fd, 5000)) {
+                    fail_msg("lost wakeup at message %d", i);
+                }
+            } else {
+                assert_int_equal(st, UCS_ERR_BUSY);
+            }
+            vqp_sw_progress(s.dev);
+            if (sw_test_cq_peek(&s.rcq) != NULL) {
+                assert_int_equal(sw_test_poll(&s.dev, 1, &s.rcq, &cqe, 0), 0);
+                assert_int_equal(sw_test_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+                break;
+            }
+        }
+        if (asleep) {
+            ++slept;
+            delay += (delay < (1u << 20)) ? delay / 8 + 1 : 0;
+        } else {
+            ++found;
+            delay -= delay / 8;
+        }
+        /* The wakeup of a sleep stays queued: the next arm drains it. */
+    }
+    /* The race ran: many sleeps, and many deposits the arm found. */
+    assert_true(slept > 100);
+    assert_true(found > 100);
+    __atomic_store_n(go, UINT32_MAX, __ATOMIC_RELEASE);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(to_child[1]);
+    close(from_child[0]);
+    munmap(go, 4096);
+    side_close(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -483,6 +602,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_fd_and_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_socket_gone, setup, teardown),
         cmocka_unit_test(test_wakeup_across_processes),
+        cmocka_unit_test(test_wakeup_race),
     };
     char ns[32];
 
