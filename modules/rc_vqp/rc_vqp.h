@@ -158,6 +158,10 @@ void uct_rc_vqp_iface_grant_progress(uct_rc_vqp_iface_t *iface);
 /* Completion callback of every endpoint's virtual QP. */
 void uct_rc_vqp_ep_completion(void *arg, const vqp_wc_t *wc);
 
+/* Failure callback of every endpoint's virtual QP: it can no longer send
+ * (also when no operation failed with it). */
+void uct_rc_vqp_ep_vqp_failed(void *arg, ucs_status_t status);
+
 /* Connect the endpoint's virtual QP to the peer's address, post receives,
  * and let pending requests go. */
 ucs_status_t uct_rc_vqp_ep_connect_vqp(uct_rc_vqp_ep_t *ep, const void *addr,

@@ -45,6 +45,14 @@ void uct_rc_vqp_ep_set_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status)
     uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);
 }
 
+void uct_rc_vqp_ep_vqp_failed(void *arg, ucs_status_t status)
+{
+    /* Not the user's cancel (the core does not call then): a QP flushed
+     * without an error of its own is a connection that went away. */
+    uct_rc_vqp_ep_set_failed(
+        arg, (status == UCS_ERR_CANCELED) ? UCS_ERR_CONNECTION_RESET : status);
+}
+
 /* Requests wait in the pending queue, and the caller is not the one of them
  * being dispatched: the operation must queue behind them. Operations need
  * different resources (an inline one room on the send QP now, a bcopy one

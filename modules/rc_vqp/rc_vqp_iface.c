@@ -668,6 +668,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->vqp_params.max_inline =
         ucs_min(config->max_inline, (size_t)attr.max_inline);
     self->vqp_params.comp_cb           = uct_rc_vqp_ep_completion;
+    self->vqp_params.fail_cb           = uct_rc_vqp_ep_vqp_failed;
     self->vqp_params.connect.timeout   = uct_rc_vqp_ib_timeout(config->timeout);
     self->vqp_params.connect.retry_cnt = config->retry_count;
     self->vqp_params.connect.min_rnr_timer =

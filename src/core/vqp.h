@@ -174,6 +174,13 @@ typedef struct vqp_params {
     uint32_t max_inline;
     vqp_comp_cb_t comp_cb; /* NULL: completions via vqp_cq_poll */
     void *comp_arg;
+    /* Called once with comp_arg and the QP's error when the virtual QP
+     * becomes unusable for SENDs and atomics (its send QP died; or no data
+     * QP is left): from a CQ poll, after the reports of that poll, never
+     * within a post and not after vqp_cancel. The operations that failed
+     * with it are reported too, but there may be none (the WQE that failed
+     * was a NOP, or nothing was in flight). NULL: not called. */
+    void (*fail_cb)(void *arg, ucs_status_t status);
     /* Receive buffers for SENDs come from this shared receive queue instead
      * of the virtual QP's own (vqp_post_recv then takes notification slots
      * only). Needs comp_cb, and the SRQ must be on the first device of cq. */

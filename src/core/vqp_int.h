@@ -95,6 +95,10 @@ enum {
  * completion the same two; the third is cold. Three, not four: in an array
  * of QPs a stride of 4 lines would put every QP's hot lines into a quarter
  * of the L1's sets, where with a hundred QPs they evict each other. */
+/* vqp_t.slow_work bits */
+#define VQP_SLOW_COVERS 1
+#define VQP_SLOW_FAILED 2
+
 typedef struct vqp_pqp {
     vqp_mlx5_txwq_t tx;
     /* Ring of posted WQEs in posting order; entry n at byte
@@ -231,8 +235,11 @@ struct vqp {
     uint32_t replay_tail;
     vqp_comp_cb_t comp_cb;
     void *comp_arg;
-    int dirty;       /* on the CQ's list of QPs to advance */
-    int covers_owed; /* a QP's cover_owed is set */
+    int dirty; /* on the CQ's list of QPs to advance */
+    /* Rare work for the next advance: VQP_SLOW_COVERS (a dead QP's cover
+     * NOP could not be posted yet: vqp_post_owed_covers), VQP_SLOW_FAILED
+     * (fail_cb is due, with fail_status). */
+    int slow_work;
     vqp_stats_t stats;
 
     vqp_pqp_t *qps; /* data QPs, then the extra QP if any */
@@ -295,8 +302,10 @@ struct vqp {
     /* fast_ops once connected, while no replay waits */
     uint32_t fast_ops_up;
     int connected;
-    int canceling;   /* vqp_cancel(): QP failures are expected */
-    int rx_starved;  /* a core RQ stopped short (arrived ring full) */
+    int canceling; /* vqp_cancel(): QP failures are expected */
+    void (*fail_cb)(void *arg, ucs_status_t status);
+    ucs_status_t fail_status; /* for fail_cb; UCS_OK once called */
+    int rx_starved;           /* a core RQ stopped short (arrived ring full) */
     int credit_wait; /* on the CQ's list of QPs waiting for CQ credits */
     int peer_no_imm; /* the peer posts no receives for WRITE_IMM */
     ucs_list_link_t cq_list;     /* the CQ's virtual QPs */

@@ -755,7 +755,9 @@ static UCS_F_NOINLINE void vqp_post_owed_covers(vqp_t *vqp)
             owed = 1;
         }
     }
-    vqp->covers_owed = owed;
+    if (!owed) {
+        vqp->slow_work &= ~VQP_SLOW_COVERS;
+    }
 }
 
 /* Operations complete in posting order, and the send QP carries only
@@ -1090,11 +1092,27 @@ static int vqp_report(vqp_t *vqp)
 
 /* After completions: report, and when that unblocked a fenced operation,
  * dispatch again. */
-void vqp_advance(vqp_t *vqp)
+/* The rare work of vqp_advance: owed covers first; the failure callback
+ * last, since it may destroy the virtual QP. */
+static UCS_F_NOINLINE void vqp_advance_slow(vqp_t *vqp)
 {
-    if (ucs_unlikely(vqp->covers_owed)) {
+    ucs_status_t status;
+
+    if (vqp->slow_work & VQP_SLOW_COVERS) {
         vqp_post_owed_covers(vqp);
     }
+    if (vqp->slow_work & VQP_SLOW_FAILED) {
+        vqp->slow_work &= ~VQP_SLOW_FAILED;
+        status           = vqp->fail_status;
+        vqp->fail_status = UCS_OK;
+        if (!vqp->canceling && (vqp->fail_cb != NULL)) {
+            vqp->fail_cb(vqp->comp_arg, status);
+        }
+    }
+}
+
+void vqp_advance(vqp_t *vqp)
+{
     /* Nothing to dispatch in the common case: skip the call. */
     if ((vqp->replay_head != vqp->replay_tail) ||
         (vqp->op_disp != vqp->op_tail) || (vqp->notify_qp != NULL)) {
@@ -1102,6 +1120,9 @@ void vqp_advance(vqp_t *vqp)
     }
     while (vqp_report(vqp) && (vqp->op_disp != vqp->op_tail)) {
         vqp_dispatch(vqp);
+    }
+    if (ucs_unlikely(vqp->slow_work)) {
+        vqp_advance_slow(vqp); /* last: it may destroy the virtual QP */
     }
 }
 
@@ -1111,6 +1132,8 @@ static UCS_F_ALWAYS_INLINE int vqp_status_is_transport(ucs_status_t status)
      * QP may well succeed. Access and protocol errors would fail there too. */
     return (status == UCS_ERR_CANCELED) || (status == UCS_ERR_ENDPOINT_TIMEOUT);
 }
+
+static UCS_F_ALWAYS_INLINE void vqp_mark_dirty(vqp_t *vqp);
 
 static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
 {
@@ -1126,7 +1149,7 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
      * when the newest tracked one is such, a signaled NOP covers it (it
      * completes, flushed or not); later if its rings are full now. */
     if (!vqp_qp_covered(pqp) && !vqp_cover_qp(vqp, pqp)) {
-        vqp->covers_owed = 1;
+        vqp->slow_work |= VQP_SLOW_COVERS;
     }
     pqp->alive      = 0;
     pqp->frag_limit = 0;
@@ -1139,6 +1162,14 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
             vqp, pqp->qpn, ucs_status_string(status), vqp->alive, vqp->num_qps);
     /* Make sure every WQE still queued comes back (flushed). */
     vqp_dev_qp_set_error(pqp->dev_qp);
+    if (pqp == vqp->send_qp) {
+        /* SENDs and atomics have no other QP: the user hears of it, also
+         * when no operation failed with it. (No data QP left fails the
+         * send QP too, below.) */
+        vqp->fail_status = status;
+        vqp->slow_work |= VQP_SLOW_FAILED;
+        vqp_mark_dirty(vqp);
+    }
 
     if ((vqp->alive == 0) && (vqp->fatal == UCS_OK)) {
         vqp->fatal    = status;

@@ -398,6 +398,7 @@ ucs_status_t vqp_create(const vqp_params_t *params, vqp_t **vqp_p)
     vqp->max_recvs        = params->max_recvs;
     vqp->comp_cb          = params->comp_cb;
     vqp->comp_arg         = params->comp_arg;
+    vqp->fail_cb          = params->fail_cb;
     vqp->connect          = params->connect;
     vqp->fail_log_level   = params->fail_log_level;
     vqp->fatal            = UCS_OK;

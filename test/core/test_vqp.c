@@ -1299,6 +1299,61 @@ static void test_destroy_after_cancel(void **state)
     pair_destroy(&p);
 }
 
+static unsigned fail_calls;
+static ucs_status_t fail_status;
+static void *fail_arg;
+
+static void count_fail(void *arg, ucs_status_t status)
+{
+    ++fail_calls;
+    fail_status = status;
+    fail_arg    = arg;
+}
+
+/* The send QP dies where no operation fails with it (the WQE that failed
+ * is a cover NOP: the WRITE before it executed, unsignaled): fail_cb tells
+ * the user, once, from the poll. vqp_cancel does not call it. */
+static void test_send_qp_fail_cb(void **state)
+{
+    vqp_params_t params = base_params(4, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    pair_t p;
+
+    params.fail_cb  = count_fail;
+    params.comp_arg = &fail_calls;
+    fail_calls      = 0;
+    pair_create(&p, &params);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 64);
+    wr.flags = 0;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    pair_idle(&p, 100); /* executed; no CQE asked for */
+    assert_int_equal(vqp_dev_qp_set_error(p.a.vqp->send_qp->dev_qp), UCS_OK);
+    vqp_cover_in_flight(p.a.vqp);
+    assert_int_equal(fail_calls, 0); /* never within a call */
+    pair_idle(&p, 100);
+    assert_int_equal(fail_calls, 1);
+    assert_ptr_equal(fail_arg, &fail_calls);
+    assert_int_equal(fail_status, UCS_ERR_CANCELED); /* flushed */
+    assert_int_equal(p.a.nwcs, 0);                   /* no operation failed */
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    wr = make_wr(&p.a, &p.b, VQP_OP_SEND, 2, 0, 0, 8);
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_ERR_CANCELED);
+    pair_idle(&p, 100);
+    assert_int_equal(fail_calls, 1);
+    pair_destroy(&p);
+
+    /* The user's own cancel is no failure to report. */
+    pair_create(&p, &params);
+    wr       = make_wr(&p.a, &p.b, VQP_OP_WRITE, 1, 0, 0, 64);
+    wr.flags = 0;
+    assert_int_equal(vqp_post_send(p.a.vqp, &wr), UCS_OK);
+    vqp_cancel(p.a.vqp);
+    pair_idle(&p, 100);
+    assert_int_equal(vqp_ops_in_flight(p.a.vqp), 0);
+    assert_int_equal(fail_calls, 1);
+    pair_destroy(&p);
+}
+
 /* vqp_cancel with an unsignaled WQE that already executed: the flush of
  * its QP gives it no CQE, so a signaled NOP must cover it, or the operation
  * stays in flight for good (a flush(CANCEL) waiting for it never ends). */
@@ -2959,6 +3014,7 @@ int main(void)
         cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
         cmocka_unit_test(test_ring_full_unsignaled),
+        cmocka_unit_test(test_send_qp_fail_cb),
         cmocka_unit_test(test_destroy_after_cancel),
         cmocka_unit_test(test_cancel_full_ring_unsignaled),
         cmocka_unit_test_setup_teardown(test_cq_last_entry, test_log_setup,
