@@ -244,6 +244,15 @@ typedef struct tep {
     uint32_t am_sent, am_rcvd;
     uint32_t am_len[AM_RING];
     unsigned ops_posted, ops_pending, flushes;
+    /* Chaos trials: the endpoint saw an error (a completion, a call's
+     * status or its error handler), how often the handler ran, and what
+     * the model found wrong (only a failed endpoint may have that). */
+    int failed;
+    unsigned errors; /* completions and calls with an error, not ending */
+    char first_error[96];
+    unsigned err_calls;
+    unsigned mismatches;
+    char mismatch[256];
 } tep_t;
 
 struct side {
@@ -275,6 +284,7 @@ typedef struct config {
     int end;      /* END_* */
     const char *faults;
     unsigned keep_pct; /* AM descriptors kept */
+    int chaos;         /* transport errors injected */
 } config_t;
 
 enum { END_DRAIN, END_CANCEL, END_DESTROY };
@@ -329,47 +339,80 @@ static void dump_state(void)
     }
 }
 
-#define WAIT_FOR(_cond, ...)                 \
-    do {                                     \
-        double _deadline = now() + WAIT_SEC; \
-        while (!(_cond)) {                   \
-            if (now() > _deadline) {         \
-                dump_state();                \
-                CHECK(0, __VA_ARGS__);       \
-            }                                \
-            uct_worker_progress(worker);     \
-        }                                    \
+/* Chaos: what UCP's keepalive does (uct_ep_check) every 0.1 s of a wait.
+ * An endpoint waiting for credits sends nothing, so it would not notice
+ * that the peer released its side after an error. */
+static void keepalive(double *next)
+{
+    unsigned i;
+
+    if (!cfg.chaos || ending || (now() < *next)) {
+        return;
+    }
+    *next = now() + 0.1;
+    for (i = 0; i < nep; ++i) {
+        if (eps[i].active && !eps[i].failed) {
+            (void)uct_ep_check(eps[i].ep, 0, NULL);
+        }
+    }
+}
+
+#define WAIT_FOR(_cond, ...)                  \
+    do {                                      \
+        double _deadline  = now() + WAIT_SEC; \
+        double _keepalive = now() + 0.1;      \
+        while (!(_cond)) {                    \
+            if (now() > _deadline) {          \
+                dump_state();                 \
+                CHECK(0, __VA_ARGS__);        \
+            }                                 \
+            uct_worker_progress(worker);      \
+            keepalive(&_keepalive);           \
+        }                                     \
     } while (0)
 
 /* ------------------------------------------------------ slots and words */
+
+/* What the model found wrong: fails the trial, but in a chaos trial only
+ * if the endpoint ends without an error (data of a failed one is lost). */
+#define MODEL_CHECK(_e, _cond, ...)                                            \
+    do {                                                                       \
+        if (!(_cond)) {                                                        \
+            if (!cfg.chaos) {                                                  \
+                CHECK(0, __VA_ARGS__);                                         \
+            }                                                                  \
+            if ((_e)->mismatches++ == 0) {                                     \
+                snprintf((_e)->mismatch, sizeof((_e)->mismatch), __VA_ARGS__); \
+            }                                                                  \
+        }                                                                      \
+    } while (0)
 
 static void verify_slot(tep_t *e, unsigned s)
 {
     const uint8_t *mem = e->rarea + (size_t)s * SLOT_SIZE;
     size_t i;
 
-    if (ending || !memcmp(mem, e->slots[s].shadow, SLOT_SIZE)) {
+    if (ending || e->failed || !memcmp(mem, e->slots[s].shadow, SLOT_SIZE)) {
         return;
     }
-    for (i = 0; i < SLOT_SIZE; ++i) {
-        CHECK(mem[i] == e->slots[s].shadow[i],
-              "ep %u slot %u byte %zu: 0x%02x, the model says 0x%02x", e->idx,
-              s, i, mem[i], e->slots[s].shadow[i]);
+    for (i = 0; (i < SLOT_SIZE) && (mem[i] == e->slots[s].shadow[i]); ++i) {
     }
+    MODEL_CHECK(e, 0, "ep %u slot %u byte %zu: 0x%02x, the model says 0x%02x",
+                e->idx, s, i, mem[i], e->slots[s].shadow[i]);
 }
 
 static void verify_word(tep_t *e, unsigned w)
 {
     const uint8_t *mem = e->rarea + (size_t)SLOTS * SLOT_SIZE + w * 8u;
 
-    if (ending) {
+    if (ending || e->failed) {
         return;
     }
-    CHECK(!memcmp(mem, e->words[w].shadow, 8),
-          "ep %u atomic word %u: 0x%016" PRIx64
-          ", the model says 0x%016" PRIx64,
-          e->idx, w, *(const uint64_t *)mem,
-          *(const uint64_t *)e->words[w].shadow);
+    MODEL_CHECK(e, !memcmp(mem, e->words[w].shadow, 8),
+                "ep %u atomic word %u: 0x%016" PRIx64
+                ", the model says 0x%016" PRIx64,
+                e->idx, w, *(const uint64_t *)mem,
+                *(const uint64_t *)e->words[w].shadow);
 }
 
 static uint8_t *lsrc(tep_t *e, unsigned ls)
@@ -477,13 +520,13 @@ static void check_fetched(op_t *op)
 
     if (is_get(op->kind)) {
         got = ldst(e, op->ldst);
-        for (i = 0; i < op->len; ++i) {
-            CHECK(got[i] == op->expect_data[i],
-                  "ep %u %s seq %" PRIu64 " slot %u+%zu len %zu: byte %zu"
-                  " is 0x%02x, expected 0x%02x",
-                  e->idx, kind_name[op->kind], op->seq, op->slot, op->off,
-                  op->len, i, got[i], op->expect_data[i]);
+        for (i = 0; (i < op->len) && (got[i] == op->expect_data[i]); ++i) {
         }
+        MODEL_CHECK(e, i == op->len,
+                    "ep %u %s seq %" PRIu64 " slot %u+%zu len %zu: byte %zu"
+                    " is 0x%02x, expected 0x%02x",
+                    e->idx, kind_name[op->kind], op->seq, op->slot, op->off,
+                    op->len, i, got[i], op->expect_data[i]);
         for (i = op->len; (i < op->len + 64) && (i < SLOT_SIZE); ++i) {
             CHECK(got[i] == 0xee,
                   "ep %u %s seq %" PRIu64 " len %zu wrote byte %zu past it",
@@ -493,11 +536,11 @@ static void check_fetched(op_t *op)
     } else if ((op->kind == K_ATOMIC_FETCH) || (op->kind == K_ATOMIC_CSWAP)) {
         uint64_t r = (op->size == 8) ? op->result.u64 : op->result.u32;
 
-        CHECK(r == op->expect,
-              "ep %u %s%u op %d seq %" PRIu64 ": result 0x%" PRIx64
-              ", expected 0x%" PRIx64,
-              e->idx, kind_name[op->kind], op->size * 8, (int)op->aop, op->seq,
-              r, op->expect);
+        MODEL_CHECK(e, r == op->expect,
+                    "ep %u %s%u op %d seq %" PRIu64 ": result 0x%" PRIx64
+                    ", expected 0x%" PRIx64,
+                    e->idx, kind_name[op->kind], op->size * 8, (int)op->aop,
+                    op->seq, r, op->expect);
     }
 }
 
@@ -510,11 +553,20 @@ static void op_done(op_t *op, ucs_status_t status)
     op->done = 1;
     /* At the end, canceled; and endpoint to endpoint, the peer's cancel
      * may fail what was still in flight on the shared connection. */
-    CHECK((status == UCS_OK) ||
+    CHECK((status == UCS_OK) || cfg.chaos ||
               (ending && ((status == UCS_ERR_CANCELED) || !cfg.to_iface)),
           "ep %u %s seq %" PRIu64 " completed with %s", e->idx,
           kind_name[op->kind], op->seq, ucs_status_string(status));
     if (status != UCS_OK) {
+        if (cfg.chaos && !ending) {
+            e->failed = 1;
+            if (e->errors++ == 0) {
+                snprintf(e->first_error, sizeof(e->first_error),
+                         "%s seq %" PRIu64 " %s (%s)", kind_name[op->kind],
+                         op->seq, ucs_status_string(status),
+                         op->has_comp ? "completion" : "returned");
+            }
+        }
         op_retire(op);
         fifo_trim(e);
         return;
@@ -761,7 +813,11 @@ static ucs_status_t op_try(op_t *op)
               kind_name[op->kind]);
         return st;
     }
-    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS),
+    /* Chaos: an endpoint that failed refuses with its error (never as a
+     * bad argument); the operation ends there, without a completion. */
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS) ||
+              ((cfg.chaos || (ending && !cfg.to_iface)) &&
+               (st != UCS_ERR_INVALID_PARAM) && (st != UCS_ERR_UNSUPPORTED)),
           "ep %u %s seq %" PRIu64 " len %zu: %s", e->idx, kind_name[op->kind],
           op->seq, op->len, ucs_status_string(st));
     CHECK(op->calls == 0, "%s: completion inside the call",
@@ -776,8 +832,8 @@ static ucs_status_t op_try(op_t *op)
     if (op->kind == K_FLUSH) {
         ++e->flushes;
     }
-    if (st == UCS_OK) {
-        op_done(op, UCS_OK);
+    if ((st == UCS_OK) || UCS_STATUS_IS_ERR(st)) {
+        op_done(op, st);
     }
     return st;
 }
@@ -844,11 +900,12 @@ static void issue(op_t *op)
 /* ------------------------------------------------------ building ops */
 
 static void flush_nocomp(tep_t *e);
+static void purge(tep_t *e);
 
 static op_t *op_alloc(tep_t *e, kind_t kind)
 {
-    double deadline = now() + WAIT_SEC;
-    unsigned i, n = 0;
+    double deadline = now() + WAIT_SEC, next = now() + 0.1;
+    unsigned i, n                            = 0;
     op_t *op;
 
     /* Every record in use: most wait for a flush to say they are in place,
@@ -859,8 +916,12 @@ static op_t *op_alloc(tep_t *e, kind_t kind)
             CHECK(0, "no operation record freed in %.0f s", WAIT_SEC);
         }
         uct_worker_progress(worker);
+        keepalive(&next);
         if ((++n % 16) == 0) {
             for (i = 0; i < nep; ++i) {
+                if (eps[i].failed) {
+                    purge(&eps[i]); /* chaos: its queue holds records */
+                }
                 flush_nocomp(&eps[i]);
             }
         }
@@ -1122,11 +1183,13 @@ static void flush_nocomp(tep_t *e)
     op_t *op;
 
     if (st != UCS_OK) {
-        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE) ||
+                  (cfg.chaos && e->failed),
               "flush(ep, NULL): %s", ucs_status_string(st));
         return;
     }
-    CHECK(e->pend_head == e->pend_tail,
+    /* (A failed endpoint's queue waits for the purge, as in UCX's rc.) */
+    CHECK((e->pend_head == e->pend_tail) || e->failed,
           "ep %u: flush said UCS_OK with %u operations pending", e->idx,
           e->pend_tail - e->pend_head);
     for (i = e->posted_head; i != e->posted_tail; ++i) {
@@ -1148,14 +1211,15 @@ static void flush_iface(side_t *s)
     op_t *op;
 
     if (st != UCS_OK) {
-        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE),
+        CHECK((st == UCS_INPROGRESS) || (st == UCS_ERR_NO_RESOURCE) ||
+                  cfg.chaos,
               "iface_flush: %s", ucs_status_string(st));
         return;
     }
     for (j = 0; j < nep; ++j) {
         tep_t *e = &eps[j];
 
-        if (!e->active || (e->src != s)) {
+        if (!e->active || (e->src != s) || e->failed) {
             continue;
         }
         CHECK(e->pend_head == e->pend_tail,
@@ -1237,8 +1301,19 @@ static void release_kept(side_t *s, unsigned n)
 
 static ucs_status_t err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
 {
-    CHECK(ending, "error handler: ep %p %s", (void *)ep,
+    unsigned i;
+
+    CHECK(ending || cfg.chaos, "error handler: ep %p %s", (void *)ep,
           ucs_status_string(status));
+    for (i = 0; (i < nep) && (eps[i].ep != ep); ++i) {
+    }
+    CHECK(i < nep, "error handler for an endpoint the user does not have");
+    CHECK(eps[i].src == arg, "error handler of the wrong interface");
+    CHECK(++eps[i].err_calls == 1, "ep %u: error handler called %u times", i,
+          eps[i].err_calls);
+    if (cfg.chaos) {
+        eps[i].failed = 1;
+    }
     return UCS_OK;
 }
 
@@ -1271,6 +1346,9 @@ static ucs_status_t side_open(side_t *s)
     cfg_set(c, "SEG_SIZE", cfg.seg_size);
     cfg_set(c, "MAX_INLINE", cfg.max_inline);
     cfg_set(c, "CQ_LEN", cfg.cq_len);
+    if (cfg.chaos) { /* a peer's QP that failed is found dead sooner */
+        CHECK_OK(uct_config_modify(c, "TIMEOUT", "1ms"));
+    }
     params.field_mask =
         UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
         UCT_IFACE_PARAM_FIELD_RX_HEADROOM | UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
@@ -1339,9 +1417,11 @@ static void tep_init(tep_t *e, unsigned idx, side_t *src, side_t *dst)
     e->posted_head = e->posted_tail = e->pend_head = e->pend_tail = 0;
     e->am_sent = e->am_rcvd = 0;
     e->ops_posted = e->ops_pending = e->flushes = 0;
-    e->idx                                      = idx;
-    e->src                                      = src;
-    e->dst                                      = dst;
+    e->failed                                   = 0;
+    e->errors = e->err_calls = e->mismatches = 0;
+    e->idx                                   = idx;
+    e->src                                   = src;
+    e->dst                                   = dst;
     e->rarea = dst->buf + (size_t)idx * RAREA_SIZE;
     e->src_area =
         src->buf + (size_t)MAX_EPS * RAREA_SIZE + (size_t)idx * LAREA_SIZE;
@@ -1446,6 +1526,10 @@ static void pick_config(void)
     cfg.end = rng_pct(60) ? END_DRAIN : rng_pct(50) ? END_CANCEL : END_DESTROY;
     cfg.faults   = PICK(faults);
     cfg.keep_pct = rng_pct(50) ? 0 : PICK(((const unsigned[]){5, 30}));
+    /* Endpoint to endpoint only: injected errors would also hit the
+     * connection manager's UD QP, which a real one never sees fail with a
+     * retry error, and which is not recreated. */
+    cfg.chaos = !cfg.to_iface && rng_pct(40);
 #undef PICK
 }
 
@@ -1454,21 +1538,33 @@ static void describe(void)
     snprintf(trial_desc, sizeof(trial_desc),
              "qps %u %s frag %u stripe %u outstanding %u txq %u rxq %u fc %u"
              " seg %u inline %u cq %u headroom %zu %s eps %u ops %u end %s"
-             " faults %s keep %u%%",
+             " faults %s%s keep %u%%",
              cfg.num_qps, cfg.lb, cfg.frag, cfg.stripe, cfg.max_outstanding,
              cfg.tx_queue_len, cfg.rx_queue_len, cfg.fc_wnd, cfg.seg_size,
              cfg.max_inline, cfg.cq_len, cfg.headroom,
              cfg.to_iface ? "to-iface" : "ep-to-ep", cfg.nep, cfg.ops,
-             end_name[cfg.end], cfg.faults ? cfg.faults : "none", cfg.keep_pct);
+             end_name[cfg.end], cfg.faults ? cfg.faults : "none",
+             cfg.chaos ? " chaos" : "", cfg.keep_pct);
 }
 
 static void md_open(void)
 {
     uct_md_config_t *mc;
-    char faults[128];
+    char faults[160];
+    size_t len = 0;
 
+    /* Chaos: transport errors (retries exceeded) on random WQEs. */
     if (cfg.faults != NULL) {
-        snprintf(faults, sizeof(faults), cfg.faults, (unsigned)trial_seed);
+        len = (size_t)snprintf(faults, sizeof(faults), cfg.faults,
+                               (unsigned)trial_seed);
+    } else if (cfg.chaos) {
+        len = (size_t)snprintf(faults, sizeof(faults), "seed=%u",
+                               (unsigned)trial_seed);
+    }
+    if (cfg.chaos) {
+        snprintf(faults + len, sizeof(faults) - len, ",err_prob=0.003:0x15");
+    }
+    if ((cfg.faults != NULL) || cfg.chaos) {
         setenv("VQP_SW_FAULTS", faults, 1);
     } else {
         unsetenv("VQP_SW_FAULTS");
@@ -1513,13 +1609,34 @@ static int all_done(const tep_t *e)
     return e->posted_head == e->posted_tail;
 }
 
+static void check_all_completed(tep_t *e);
+
+/* Chaos: every operation of a failed endpoint still completes, once (no
+ * zombies); what it did is unknowable. */
+static int failed_done(const tep_t *e)
+{
+    unsigned i;
+    op_t *op;
+
+    for (i = e->posted_head; i != e->posted_tail; ++i) {
+        op = e->posted[i % FIFO_LEN];
+        if (op->has_comp && !op->done) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int drained(void)
 {
+    const tep_t *e;
     unsigned i;
 
     for (i = 0; i < nep; ++i) {
-        if ((eps[i].pend_head != eps[i].pend_tail) || !all_done(&eps[i]) ||
-            (eps[i].am_rcvd != eps[i].am_sent)) {
+        e = &eps[i];
+        if ((e->pend_head != e->pend_tail) ||
+            (e->failed ? !failed_done(e)
+                       : (!all_done(e) || (e->am_rcvd != e->am_sent)))) {
             return 0;
         }
     }
@@ -1529,20 +1646,27 @@ static int drained(void)
 static void end_drain(void)
 {
     unsigned i, rounds = 0;
+    tep_t *e;
 
     /* Flush until everything is retired and every AM arrived (one flush
      * retires what was posted before it; the AMs need the receiver's
-     * progress). */
+     * progress). A failed endpoint's queue is purged instead. */
     while (!drained()) {
         CHECK(++rounds < 1000, "not drained after 1000 flush rounds");
         for (i = 0; i < nep; ++i) {
-            new_flush(&eps[i]);
+            if (eps[i].failed) {
+                purge(&eps[i]);
+            } else {
+                new_flush(&eps[i]);
+            }
         }
         WAIT_FOR(({
                      int _ok = 1;
                      for (i = 0; i < nep; ++i) {
-                         _ok &= (eps[i].pend_head == eps[i].pend_tail) &&
-                                all_done(&eps[i]);
+                         e = &eps[i];
+                         _ok &= e->failed ? failed_done(e)
+                                          : ((e->pend_head == e->pend_tail) &&
+                                             all_done(e));
                      }
                      _ok;
                  }),
@@ -1550,7 +1674,8 @@ static void end_drain(void)
         WAIT_FOR(({
                      int _ok = 1;
                      for (i = 0; i < nep; ++i) {
-                         _ok &= eps[i].am_rcvd == eps[i].am_sent;
+                         _ok &= eps[i].failed ||
+                                (eps[i].am_rcvd == eps[i].am_sent);
                      }
                      _ok;
                  }),
@@ -1559,12 +1684,22 @@ static void end_drain(void)
     for (i = 0; i < nep; ++i) {
         unsigned s;
 
+        e = &eps[i];
+        if (e->failed) {
+            check_all_completed(e);
+            /* An error is reported to the handler (once: err_cb). */
+            CHECK((e->errors == 0) || (e->err_calls == 1),
+                  "ep %u: %u errors, the error handler not called; the"
+                  " first: %s",
+                  i, e->errors, e->first_error);
+            continue;
+        }
         for (s = 0; s < SLOTS; ++s) {
-            CHECK(eps[i].slots[s].busy == 0, "slot busy after the drain");
-            verify_slot(&eps[i], s);
+            CHECK(e->slots[s].busy == 0, "slot busy after the drain");
+            verify_slot(e, s);
         }
         for (s = 0; s < WORDS; ++s) {
-            verify_word(&eps[i], s);
+            verify_word(e, s);
         }
     }
     flush_iface(&sides[0]);
@@ -1686,6 +1821,14 @@ static void run_trial(void)
 
     while (issued < cfg.ops) {
         e = &eps[rng_below(nep)];
+        if (e->failed) {
+            for (i = 0; (i < nep) && eps[i].failed; ++i) {
+            }
+            if (i == nep) {
+                break; /* chaos: nothing left to use */
+            }
+            continue;
+        }
         r = rng_below(100);
         if (r < 8) {
             issued += new_put_get(e, K_PUT_SHORT);
