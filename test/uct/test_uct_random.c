@@ -285,6 +285,7 @@ typedef struct config {
     const char *faults;
     unsigned keep_pct; /* AM descriptors kept */
     int chaos;         /* transport errors injected */
+    int async_thread;  /* the worker's async context in thread mode */
 } config_t;
 
 enum { END_DRAIN, END_CANCEL, END_DESTROY };
@@ -306,6 +307,7 @@ static unsigned ops_live;
 static int ending;
 static int verbose;
 static unsigned long total_ops, total_pending, total_kept, total_comp;
+static unsigned long total_reconnects;
 
 static double now(void)
 {
@@ -1529,7 +1531,8 @@ static void pick_config(void)
     /* Endpoint to endpoint only: injected errors would also hit the
      * connection manager's UD QP, which a real one never sees fail with a
      * retry error, and which is not recreated. */
-    cfg.chaos = !cfg.to_iface && rng_pct(40);
+    cfg.chaos        = !cfg.to_iface && rng_pct(40);
+    cfg.async_thread = rng_pct(50);
 #undef PICK
 }
 
@@ -1538,13 +1541,14 @@ static void describe(void)
     snprintf(trial_desc, sizeof(trial_desc),
              "qps %u %s frag %u stripe %u outstanding %u txq %u rxq %u fc %u"
              " seg %u inline %u cq %u headroom %zu %s eps %u ops %u end %s"
-             " faults %s%s keep %u%%",
+             " faults %s%s keep %u%%%s",
              cfg.num_qps, cfg.lb, cfg.frag, cfg.stripe, cfg.max_outstanding,
              cfg.tx_queue_len, cfg.rx_queue_len, cfg.fc_wnd, cfg.seg_size,
              cfg.max_inline, cfg.cq_len, cfg.headroom,
              cfg.to_iface ? "to-iface" : "ep-to-ep", cfg.nep, cfg.ops,
              end_name[cfg.end], cfg.faults ? cfg.faults : "none",
-             cfg.chaos ? " chaos" : "", cfg.keep_pct);
+             cfg.chaos ? " chaos" : "", cfg.keep_pct,
+             cfg.async_thread ? " async thread" : "");
 }
 
 static void md_open(void)
@@ -1572,6 +1576,41 @@ static void md_open(void)
     CHECK_OK(uct_md_config_read(component, NULL, NULL, &mc));
     CHECK_OK(uct_md_open(component, "vqp_sw0", mc, &md));
     uct_config_release(mc);
+}
+
+/* uct_iface_fence: every endpoint of the interface, as uct_ep_fence. */
+static void iface_fence(side_t *s)
+{
+    unsigned i;
+
+    for (i = 0; i < nep; ++i) {
+        if (eps[i].active && (eps[i].src == s) &&
+            (eps[i].pend_head != eps[i].pend_tail)) {
+            return; /* as for uct_ep_fence: UCP fences with none queued */
+        }
+    }
+    CHECK_OK(uct_iface_fence(s->iface, 0));
+    for (i = 0; i < nep; ++i) {
+        if (eps[i].active && (eps[i].src == s)) {
+            eps[i].fence_seq = eps[i].next_seq;
+        }
+    }
+}
+
+static int all_done(const tep_t *e);
+
+/* An endpoint closed as UCP closes one (flush, every AM delivered) and a
+ * new one to the same interface: the peer's passive endpoint goes (DISC)
+ * and a new one comes; the model's state carries on (AM numbers too). */
+static void reconnect(tep_t *e)
+{
+    new_flush(e);
+    WAIT_FOR((e->pend_head == e->pend_tail) && all_done(e),
+             "ep %u: the flush before its reconnect did not complete", e->idx);
+    WAIT_FOR(e->am_rcvd == e->am_sent, "ep %u: AMs not delivered", e->idx);
+    uct_ep_destroy(e->ep);
+    e->ep = ep_to_iface(e->src, e->dst);
+    ++total_reconnects;
 }
 
 /* ------------------------------------------------------------- endings */
@@ -1788,6 +1827,12 @@ static void run_trial(void)
         printf("# trial %" PRIu64 ": %s\n", trial_seed, trial_desc);
         fflush(stdout);
     }
+    /* UCP's async context runs a thread (the connection manager's timer
+     * then runs beside the progress calls); poll mode has none. */
+    CHECK_OK(ucs_async_context_create(
+        cfg.async_thread ? UCS_ASYNC_MODE_THREAD_SPINLOCK : UCS_ASYNC_MODE_POLL,
+        &async));
+    CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker));
     md_open();
     st = side_open(&sides[0]);
     if (st == UCS_OK) {
@@ -1870,6 +1915,15 @@ static void run_trial(void)
             }
         } else if (r < 87) {
             release_kept(&sides[rng_below(2)], 1 + rng_below(4));
+        } else if (r < 88) {
+            iface_fence(&sides[rng_below(2)]);
+        } else if (r < 89) {
+            /* UCP's keepalive: a PROBE among the operations. */
+            st = uct_ep_check(e->ep, 0, NULL);
+            CHECK((st == UCS_OK) || cfg.chaos, "ep_check: %s",
+                  ucs_status_string(st));
+        } else if ((r < 90) && cfg.to_iface && rng_pct(20)) {
+            reconnect(e);
         } else {
             unsigned n = rng_below(4);
 
@@ -1912,6 +1966,8 @@ static void run_trial(void)
         }
     }
     uct_md_close(md);
+    uct_worker_destroy(worker);
+    ucs_async_context_destroy(async);
 }
 
 int main(int argc, char **argv)
@@ -1940,8 +1996,6 @@ int main(int argc, char **argv)
         }
     }
     CHECK(component != NULL, "no rc_vqp component");
-    CHECK_OK(ucs_async_context_create(UCS_ASYNC_MODE_POLL, &async));
-    CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker));
 
     for (i = 0; i < trials; ++i) {
         trial_seed = first + i;
@@ -1949,10 +2003,8 @@ int main(int argc, char **argv)
         run_trial();
     }
     printf("# %lu operations, %lu queued as pending, %lu completions,"
-           " %lu AM descriptors kept\n",
-           total_ops, total_pending, total_comp, total_kept);
-    uct_worker_destroy(worker);
-    ucs_async_context_destroy(async);
+           " %lu AM descriptors kept, %lu reconnects\n",
+           total_ops, total_pending, total_comp, total_kept, total_reconnects);
     uct_release_component_list(components);
     printf("%u passed, 0 failed\n", trials);
     return 0;
