@@ -450,6 +450,14 @@ static void uct_rc_vqp_cm_handle_rep(uct_rc_vqp_iface_t *iface,
         return;
     }
     uct_rc_vqp_cm_conn_unlist(conn);
+    if (conn->ep->flags & UCT_RC_VQP_EP_FAILED) {
+        /* flush(CANCEL) while connecting: its QPs are in ERROR, and the
+         * user destroys the endpoint next (its DISC releases the peer's). */
+        ucs_debug("rc_vqp cm: ep %p canceled before request 0x%lx was"
+                  " answered: not connected",
+                  conn->ep, id);
+        return;
+    }
     status = uct_rc_vqp_ep_connect_vqp(conn->ep, vqp_addr,
                                        le16toh(hdr->vqp_addr_len));
     if (status != UCS_OK) {

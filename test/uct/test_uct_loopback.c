@@ -1049,6 +1049,60 @@ static void registration_cache_no_events(void)
            "RCACHE=try registers uncached\n");
 }
 
+static int cancel_errors;
+
+static ucs_status_t cancel_err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
+{
+    ++cancel_errors;
+    return UCS_OK;
+}
+
+/* flush(CANCEL) on an endpoint still connecting (UCP closes one so when a
+ * peer goes away early): the REP that comes later must not connect the
+ * canceled QPs (an error line, and the error handler called for the
+ * user's own cancel); the endpoint is destroyed after it. */
+static void cancel_while_connecting(void)
+{
+    uct_iface_params_t params = {0};
+    uct_iface_config_t *config;
+    ucs_status_t st;
+    uct_ep_h ep;
+    side_t c, d;
+    int i;
+
+    open_side(&d);
+    memset(&c, 0, sizeof(c));
+    CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
+    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                        UCT_IFACE_PARAM_FIELD_DEVICE |
+                        UCT_IFACE_PARAM_FIELD_ERR_HANDLER;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = "rc_vqp";
+    params.mode.device.dev_name = "vqp_sw0";
+    params.err_handler          = cancel_err_cb;
+    CHECK_OK(uct_iface_open(md, worker, &params, config, &c.iface));
+    uct_config_release(config);
+    uct_iface_progress_enable(c.iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    cancel_errors  = 0;
+    refused_errors = 0;
+    ucs_log_push_handler(refused_log);
+    ep = ep_to_iface(&c, &d);
+    st = uct_ep_flush(ep, UCT_FLUSH_FLAG_CANCEL, NULL);
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "flush(CANCEL): %s",
+          ucs_status_string(st));
+    for (i = 0; i < 10000; ++i) { /* the REQ, the REP */
+        uct_worker_progress(worker);
+    }
+    ucs_log_pop_handler();
+    CHECK(refused_errors == 0, "an error was logged: %s", refused_text);
+    CHECK(cancel_errors == 0, "the error handler ran %d times", cancel_errors);
+    uct_ep_destroy(ep);
+    uct_iface_close(c.iface);
+    close_side(&d);
+    printf("ok - a REP after flush(CANCEL) of a connecting endpoint is"
+           " ignored\n");
+}
+
 int main(int argc, char **argv)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
@@ -1148,6 +1202,7 @@ int main(int argc, char **argv)
     small_windows();
     fence_behind_grant(lbuf, lmemh, rbuf, rkey.rkey);
     full_ring_unsignaled(lbuf, rbuf, rkey.rkey);
+    cancel_while_connecting();
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1164,6 +1219,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("16 passed, 0 failed\n");
+    printf("17 passed, 0 failed\n");
     return 0;
 }
