@@ -185,7 +185,9 @@ uint8_t vqp_sw_fault_wqe(vqp_sw_dev_t *dev, vqp_sw_qp_t *qp, uint16_t wqe)
             return synd;
         }
     }
-    if ((f->err_prob > 0) && (vqp_sw_fault_rand(f) < f->err_prob)) {
+    /* Not a UD QP's: no retries, no responder, so none of the transport
+     * errors err_prob stands for (a real one loses datagrams: ud_drop). */
+    if ((f->err_prob > 0) && !qp->ud && (vqp_sw_fault_rand(f) < f->err_prob)) {
         return f->err_prob_synd;
     }
     return 0;

@@ -993,6 +993,9 @@ static void test_fault_drop_dup(void **state)
     assert_int_equal(n1, 64 + twice);
     assert_int_equal(fault_run(u, "seed=5,ud_dup=0.5", 64, got2), n1);
     assert_memory_equal(got1, got2, 64);
+    /* err_prob is for RC QPs (retries, responders): every datagram goes,
+     * the UD QP stays up (each send's CQE is checked a success). */
+    assert_int_equal(fault_run(u, "seed=5,err_prob=1:0x15", 16, got1), 16);
     assert_int_equal(vqp_sw_dev_set_faults(u->devs[0], NULL), UCS_OK);
 }
 
