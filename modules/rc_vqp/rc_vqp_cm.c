@@ -54,7 +54,11 @@ enum {
     /* passive -> active: your REQ arrived while this process was not
      * progressing the interface; the REP follows once it does (IB CM's
      * message receipt acknowledgement). The requester's deadline moves. */
-    UCT_RC_VQP_CM_MRA = 6
+    UCT_RC_VQP_CM_MRA = 6,
+    /* passive -> active: the passive endpoint failed and was released. The
+     * active one fails too: it may be idle, or waiting for AM credits, and
+     * send nothing that would tell it. */
+    UCT_RC_VQP_CM_DROP = 7
 };
 
 /* Every datagram starts with this header (little endian), then the
@@ -89,6 +93,8 @@ static const char *uct_rc_vqp_cm_type_str(unsigned type)
         return "RTU";
     case UCT_RC_VQP_CM_MRA:
         return "MRA";
+    case UCT_RC_VQP_CM_DROP:
+        return "DROP";
     default:
         return "?";
     }
@@ -541,6 +547,27 @@ static void uct_rc_vqp_cm_handle_rej(uct_rc_vqp_iface_t *iface,
     uct_rc_vqp_ep_set_failed(conn->ep, status);
 }
 
+static void uct_rc_vqp_cm_handle_drop(uct_rc_vqp_iface_t *iface,
+                                      const uct_rc_vqp_cm_hdr_t *hdr)
+{
+    uct_rc_vqp_cm_t *cm = &iface->cm;
+    uint64_t id         = le64toh(hdr->id);
+    uct_rc_vqp_cm_conn_t *conn;
+
+    ++cm->stats.drops_received;
+    conn = uct_rc_vqp_cm_find(&cm->active, id);
+    if (conn == NULL) {
+        return; /* destroyed meanwhile */
+    }
+    ucs_diag("rc_vqp cm: ep %p: the peer released its side of request 0x%lx"
+             " after a failure",
+             conn->ep, id);
+    if (conn->listed) { /* its REP was lost, or comes later */
+        uct_rc_vqp_cm_conn_unlist(conn);
+    }
+    uct_rc_vqp_ep_set_failed(conn->ep, UCS_ERR_CONNECTION_RESET);
+}
+
 static void uct_rc_vqp_cm_handle_disc(uct_rc_vqp_iface_t *iface,
                                       const uct_rc_vqp_cm_hdr_t *hdr)
 {
@@ -623,6 +650,9 @@ static void uct_rc_vqp_cm_handle_msg(uct_rc_vqp_iface_t *iface, const char *msg,
         return;
     case UCT_RC_VQP_CM_MRA:
         uct_rc_vqp_cm_handle_mra(iface, &hdr);
+        return;
+    case UCT_RC_VQP_CM_DROP:
+        uct_rc_vqp_cm_handle_drop(iface, &hdr);
         return;
     default:
         ucs_diag("rc_vqp cm: datagram of unknown type %u", hdr.type);
@@ -908,6 +938,10 @@ static UCS_F_NOINLINE unsigned uct_rc_vqp_cm_work(uct_rc_vqp_iface_t *iface)
                  " unreachable, released",
                  conn->ep, conn->id,
                  vqp_dev_addr_str(&conn->peer->addr, peer, sizeof(peer)));
+        /* Best effort (a dead peer gets nothing): its endpoint fails now,
+         * not at its next send. */
+        uct_rc_vqp_cm_send(iface, conn->peer, conn->peer_qpn,
+                           UCT_RC_VQP_CM_DROP, conn->id, NULL, UCS_OK);
         uct_ep_destroy(&conn->ep->super.super);
         ++count;
     }
@@ -1260,12 +1294,13 @@ void uct_rc_vqp_cm_cleanup(uct_rc_vqp_iface_t *iface)
     ucs_debug("rc_vqp cm: %lu REQs sent, %lu received (%lu again), %lu REPs"
               " (%lu late), %lu REJs, %lu DISCs, %lu timeouts (%lu deadlines"
               " moved for stalls), %lu dropped, %lu keepalive probes, %lu"
-              " passive endpoints released",
+              " passive endpoints released, %lu DROPs",
               cm->stats.reqs_sent, cm->stats.reqs_received, cm->stats.dup_reqs,
               cm->stats.reps_received, cm->stats.dup_reps,
               cm->stats.rejects_received, cm->stats.discs_received,
               cm->stats.timeouts, cm->stats.stalls, cm->stats.dropped,
-              cm->stats.keepalives, cm->stats.passive_expired);
+              cm->stats.keepalives, cm->stats.passive_expired,
+              cm->stats.drops_received);
     vqp_dev_qp_destroy(cm->dev_qp);
     vqp_dev_cq_destroy(cm->dev_cq);
     vqp_dev_mr_dereg(cm->mr);

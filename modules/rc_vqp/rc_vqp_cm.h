@@ -84,6 +84,7 @@ typedef struct uct_rc_vqp_cm_stats {
     uint64_t stalls;          /* connect deadlines moved for a process stall */
     uint64_t keepalives;      /* probes of idle passive endpoints */
     uint64_t passive_expired; /* passive endpoints whose peer was gone */
+    uint64_t drops_received;  /* active endpoints whose peer released */
     uint64_t deferred;        /* datagrams taken off by the async responder */
     uint64_t mras_sent;       /* REQs answered "busy, wait" by it */
     uint64_t mras_received;   /* connect deadlines moved by a busy peer */

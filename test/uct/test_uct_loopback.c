@@ -59,6 +59,8 @@ static uct_md_h md;
 /* Settings of the interfaces open_side_ex opens: NULL, or names and values
  * in turn, ending with NULL */
 static const char *const *side_cfg;
+/* The error handler of the interfaces open_side_ex opens, or NULL */
+static uct_error_handler_t side_err_handler;
 static uct_worker_h worker;
 static ucs_async_context_t *async;
 
@@ -118,6 +120,10 @@ static ucs_status_t open_side_ex(side_t *s, const char *cq_len,
     params.field_mask |= align_fields;
     params.am_alignment    = align;
     params.am_align_offset = align_offset;
+    if (side_err_handler != NULL) {
+        params.field_mask |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER;
+        params.err_handler = side_err_handler;
+    }
     status = uct_iface_open(md, worker, &params, config, &s->iface);
     uct_config_release(config);
     if (status != UCS_OK) {
@@ -1063,28 +1069,17 @@ static ucs_status_t cancel_err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
  * user's own cancel); the endpoint is destroyed after it. */
 static void cancel_while_connecting(void)
 {
-    uct_iface_params_t params = {0};
-    uct_iface_config_t *config;
     ucs_status_t st;
     uct_ep_h ep;
     side_t c, d;
     int i;
 
     open_side(&d);
-    memset(&c, 0, sizeof(c));
-    CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &config));
-    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                        UCT_IFACE_PARAM_FIELD_DEVICE |
-                        UCT_IFACE_PARAM_FIELD_ERR_HANDLER;
-    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-    params.mode.device.tl_name  = "rc_vqp";
-    params.mode.device.dev_name = "vqp_sw0";
-    params.err_handler          = cancel_err_cb;
-    CHECK_OK(uct_iface_open(md, worker, &params, config, &c.iface));
-    uct_config_release(config);
-    uct_iface_progress_enable(c.iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    cancel_errors  = 0;
-    refused_errors = 0;
+    side_err_handler = cancel_err_cb;
+    open_side(&c);
+    side_err_handler = NULL;
+    cancel_errors    = 0;
+    refused_errors   = 0;
     ucs_log_push_handler(refused_log);
     ep = ep_to_iface(&c, &d);
     st = uct_ep_flush(ep, UCT_FLUSH_FLAG_CANCEL, NULL);
@@ -1097,10 +1092,77 @@ static void cancel_while_connecting(void)
     CHECK(refused_errors == 0, "an error was logged: %s", refused_text);
     CHECK(cancel_errors == 0, "the error handler ran %d times", cancel_errors);
     uct_ep_destroy(ep);
-    uct_iface_close(c.iface);
+    close_side(&c);
     close_side(&d);
     printf("ok - a REP after flush(CANCEL) of a connecting endpoint is"
            " ignored\n");
+}
+
+static ucs_status_t drop_status;
+
+static ucs_status_t drop_err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
+{
+    ++cancel_errors;
+    drop_status = status;
+    return UCS_OK;
+}
+
+/* The peer's passive endpoint fails (every RC WQE of the peer's device
+ * fails: its credit grant is its first) while this side waits for AM
+ * credits and sends nothing: the peer releases it and says so (DROP), and
+ * the error handler reports it here, once. */
+static void passive_failure_drop(void)
+{
+    static const char *const cfg[] = {"FC_WND_SIZE", "8", NULL};
+    uct_md_config_t *md_config;
+    uct_md_h md_main = md, md_bad;
+    ucs_status_t st;
+    double deadline;
+    uct_ep_h ep;
+    side_t c, d;
+    int sent = 0;
+
+    setenv("VQP_SW_FAULTS", "err_prob=1:0x15", 1);
+    CHECK_OK(uct_md_config_read(component, NULL, NULL, &md_config));
+    CHECK_OK(uct_md_open(component, "vqp_sw0", md_config, &md_bad));
+    uct_config_release(md_config);
+    unsetenv("VQP_SW_FAULTS");
+    md       = md_bad; /* the peer's interface: a device of its own */
+    side_cfg = cfg;
+    open_side(&d);
+    md               = md_main;
+    side_err_handler = drop_err_cb;
+    open_side(&c);
+    side_err_handler = NULL;
+    side_cfg         = NULL;
+    cancel_errors    = 0;
+    ep               = ep_to_iface(&c, &d);
+    deadline         = now() + 10;
+    while (cancel_errors == 0) {
+        CHECK(now() < deadline,
+              "no error reported in 10 s (%d AMs sent, %d received)", sent,
+              d.am_count);
+        st = uct_ep_am_short(ep, AM_ID, sent, "dr", 2);
+        if (st == UCS_OK) {
+            ++sent;
+        } else {
+            CHECK((st == UCS_ERR_NO_RESOURCE) || (cancel_errors > 0),
+                  "am_short: %s", ucs_status_string(st));
+        }
+        uct_worker_progress(worker);
+    }
+    for (sent = 0; sent < 1000; ++sent) {
+        uct_worker_progress(worker);
+    }
+    CHECK(cancel_errors == 1, "the error handler ran %d times", cancel_errors);
+    CHECK(drop_status == UCS_ERR_CONNECTION_RESET, "reported %s",
+          ucs_status_string(drop_status));
+    uct_ep_destroy(ep);
+    close_side(&c);
+    close_side(&d);
+    uct_md_close(md_bad);
+    printf("ok - a passive endpoint that failed fails its active one"
+           " (DROP)\n");
 }
 
 int main(int argc, char **argv)
@@ -1203,6 +1265,7 @@ int main(int argc, char **argv)
     fence_behind_grant(lbuf, lmemh, rbuf, rkey.rkey);
     full_ring_unsignaled(lbuf, rbuf, rkey.rkey);
     cancel_while_connecting();
+    passive_failure_drop();
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1219,6 +1282,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("17 passed, 0 failed\n");
+    printf("18 passed, 0 failed\n");
     return 0;
 }
