@@ -1090,8 +1090,6 @@ static int vqp_report(vqp_t *vqp)
     return head != vqp->op_head;
 }
 
-/* After completions: report, and when that unblocked a fenced operation,
- * dispatch again. */
 /* The rare work of vqp_advance: owed covers first; the failure callback
  * last, since it may destroy the virtual QP. */
 static UCS_F_NOINLINE void vqp_advance_slow(vqp_t *vqp)
@@ -1111,6 +1109,8 @@ static UCS_F_NOINLINE void vqp_advance_slow(vqp_t *vqp)
     }
 }
 
+/* After completions: report, and when that unblocked a fenced operation,
+ * dispatch again. */
 void vqp_advance(vqp_t *vqp)
 {
     /* Nothing to dispatch in the common case: skip the call. */
