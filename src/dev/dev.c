@@ -765,8 +765,18 @@ ucs_status_t vqp_dev_qp_connect(vqp_dev_qp_t *qp,
     }
     status = vqp_dev_is_reachable(qp->dev, &remote->dev);
     if (status != UCS_OK) {
-        ucs_error("%s: QP 0x%x cannot reach remote QP 0x%x", qp->dev->attr.name,
-                  qp->qpn, remote->qpn);
+        /* A peer whose process ended is a peer failure, not a wrong
+         * address: its user learns of it from the status, and UCX logs
+         * failures of peers at diag level. */
+        if (vqp_dev_sw_peer_gone(&remote->dev)) {
+            ucs_diag("%s: QP 0x%x cannot reach remote QP 0x%x: its process "
+                     "%u has ended",
+                     qp->dev->attr.name, qp->qpn, remote->qpn,
+                     remote->dev.sw.pid);
+        } else {
+            ucs_error("%s: QP 0x%x cannot reach remote QP 0x%x",
+                      qp->dev->attr.name, qp->qpn, remote->qpn);
+        }
         return status;
     }
 

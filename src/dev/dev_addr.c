@@ -371,6 +371,12 @@ ucs_status_t vqp_dev_qp_addr_unpack(const void *buf, size_t len,
     return UCS_OK;
 }
 
+int vqp_dev_sw_peer_gone(const vqp_dev_addr_t *remote)
+{
+    return (remote->type == VQP_DEV_ADDR_SW) &&
+           (kill((pid_t)remote->sw.pid, 0) != 0) && (errno == ESRCH);
+}
+
 ucs_status_t vqp_dev_is_reachable(const vqp_dev_t *dev,
                                   const vqp_dev_addr_t *remote)
 {
@@ -410,7 +416,7 @@ ucs_status_t vqp_dev_is_reachable(const vqp_dev_t *dev,
         }
         return UCS_OK;
     default: /* VQP_DEV_ADDR_SW: peers are processes on this host */
-        if ((kill((pid_t)remote->sw.pid, 0) != 0) && (errno == ESRCH)) {
+        if (vqp_dev_sw_peer_gone(remote)) {
             ucs_debug("%s: software peer process %u does not exist",
                       dev->attr.name, remote->sw.pid);
             return UCS_ERR_UNREACHABLE;

@@ -135,6 +135,9 @@ ucs_status_t vqp_dev_hw_caps_parse_atomic(const char *name, const void *out,
 
 const char *vqp_dev_qp_state_str(enum ibv_qp_state state);
 
+/* Whether @a remote is a software device whose process has ended. */
+int vqp_dev_sw_peer_gone(const vqp_dev_addr_t *remote);
+
 /* ibv_mtu <-> bytes; 0 for a value that is not an IB MTU. */
 uint32_t vqp_dev_mtu_bytes(enum ibv_mtu mtu);
 enum ibv_mtu vqp_dev_mtu_enum(uint32_t bytes);

@@ -205,7 +205,7 @@ static vqp_sw_peer_t *vqp_sw_peer_open(vqp_sw_dev_t *dev,
     vqp_sw_shm_t *shm;
     struct stat st;
     unsigned i;
-    int fd;
+    int fd, err;
 
     for (i = 0; i < VQP_SW_MAX_PEERS; ++i) {
         peer = &dev->peers[i];
@@ -228,8 +228,14 @@ static vqp_sw_peer_t *vqp_sw_peer_open(vqp_sw_dev_t *dev,
                     addr->instance);
     fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) {
-        ucs_log(level, "vqp_sw %s: peer device %s not found: %m", dev->name,
-                name);
+        err = errno;
+        if ((level < UCS_LOG_LEVEL_DIAG) && (kill((pid_t)addr->pid, 0) != 0) &&
+            (errno == ESRCH)) {
+            /* Its process ended (a peer failure, not a wrong address). */
+            level = UCS_LOG_LEVEL_DIAG;
+        }
+        ucs_log(level, "vqp_sw %s: peer device %s not found: %s", dev->name,
+                name, strerror(err));
         return NULL;
     }
     if ((fstat(fd, &st) != 0) || ((size_t)st.st_size < sizeof(vqp_sw_shm_t))) {

@@ -52,8 +52,9 @@ static inline int test_log_teardown(void **state)
         test_log_last[0] = '\0';                                      \
     } while (0)
 
-/* Debug lines (a reason logged at debug level), collected between
- * test_debug_start() and test_debug_stop() with the log level raised. */
+/* Diag and debug lines (a reason logged below warning level), collected
+ * between test_debug_start() and test_debug_stop() with the log level
+ * raised. */
 static char test_debug_text[16384];
 static ucs_log_level_t test_debug_saved_level;
 
@@ -65,7 +66,7 @@ test_debug_handler(const char *file, unsigned line, const char *function,
 {
     size_t used = strlen(test_debug_text);
 
-    if (level != UCS_LOG_LEVEL_DEBUG) {
+    if ((level < UCS_LOG_LEVEL_DIAG) || (level > UCS_LOG_LEVEL_DEBUG)) {
         return UCS_LOG_FUNC_RC_CONTINUE;
     }
     vsnprintf(test_debug_text + used, sizeof(test_debug_text) - used, message,

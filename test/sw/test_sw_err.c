@@ -9,6 +9,8 @@
 #include "sw_test_fx.h"
 
 #include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
@@ -492,6 +494,46 @@ static void test_peer_qp_reset(void **state)
     expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
 }
 
+/* RTR towards a device that does not exist: UCS_ERR_UNREACHABLE and the
+ * QP stays in INIT either way, with an error line when the peer's process
+ * lives (a wrong address) and none when it has ended (the peer failed:
+ * said at diag level, as UCX logs failures of peers). */
+static void test_rtr_peer_missing(void **state)
+{
+    fx_t *f = *state;
+    vqp_sw_qp_attr_t a;
+    sw_test_qp_t q;
+    pid_t child;
+    int st;
+
+    assert_int_equal(sw_test_qp_create(f->devs[0], &f->scq[0], &f->rcq[0], NULL,
+                                       16, 8, 0, &q),
+                     UCS_OK);
+    memset(&a, 0, sizeof(a));
+    a.qp_state        = IBV_QPS_INIT;
+    a.qp_access_flags = SW_TEST_ACCESS_ALL;
+    assert_int_equal(vqp_sw_qp_modify(q.qp, &a), UCS_OK);
+    a.qp_state    = IBV_QPS_RTR;
+    a.dest_dev    = f->addr[1];
+    a.dest_qp_num = f->qp[1].qpn;
+    a.dest_dev.instance += 1000;
+    assert_int_equal(vqp_sw_qp_modify(q.qp, &a), UCS_ERR_UNREACHABLE);
+    assert_true(sw_test_log_has("not found"));
+
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        _exit(0);
+    }
+    assert_int_equal(waitpid(child, &st, 0), child);
+    a.dest_dev     = f->addr[1];
+    a.dest_dev.pid = (uint32_t)child;
+    assert_int_equal(vqp_sw_qp_modify(q.qp, &a), UCS_ERR_UNREACHABLE);
+    assert_string_equal(sw_test_log_buf, "");
+    assert_int_equal(vqp_sw_qp_state(q.qp), IBV_QPS_INIT);
+    assert_int_equal(vqp_sw_qp_destroy(q.qp), UCS_OK);
+}
+
 /* ------------------------------------------------------- strict checks */
 
 static void test_strict_ds_too_small(void **state)
@@ -961,6 +1003,7 @@ int main(void)
         T(test_rnr_then_receive),
         T(test_peer_closed_retry_exceeded),
         T(test_peer_qp_reset),
+        T(test_rtr_peer_missing),
         T(test_strict_ds_too_small),
         T(test_strict_inline_ds_mismatch),
         T(test_strict_ds_beyond_posted),
