@@ -6,15 +6,23 @@
  * delays of the software device) and random streams of every operation of
  * uct.h that rc_vqp offers (put and get short/bcopy/zcopy, AM short,
  * short_iov, bcopy, zcopy, every atomic on 4 and 8 bytes, ep and iface
- * flush, fence), on up to three endpoints in one process: one interface to
- * another, the other way, an interface to itself; connected by interface
- * address (the connection manager, so the first operations wait) or
- * endpoint to endpoint (one connection for both directions). Operations
- * refused with UCS_ERR_NO_RESOURCE go to the pending queue, in order, and
- * later ones queue behind them, as UCP does; AM handlers keep descriptors
- * at random and release them later. A trial ends by draining (flush, every
- * AM delivered), by flush(CANCEL) or by destroying the endpoints with
- * operations in flight.
+ * flush, fence), on up to three endpoints: one interface to another, the
+ * other way, an interface to itself; connected by interface address (the
+ * connection manager, so the first operations wait) or endpoint to
+ * endpoint (one connection for both directions). In "split" trials (one in
+ * four; UCT_RANDOM_SPLIT=PCT sets the share) the other interface lives in
+ * a peer process (this program run again with --peer): data then moves
+ * between processes, and the peer receives the AMs and keeps descriptors;
+ * its buffer and the AM bookkeeping are shared memory, so the model here
+ * sees them. The endpoints then all start here: up to two to the peer and
+ * one to itself (by interface address), or one (endpoint to endpoint). In
+ * three split trials in ten the peer is killed (SIGKILL) at a random
+ * point: the endpoints to it must fail cleanly, the others not at all.
+ * Operations refused with UCS_ERR_NO_RESOURCE go to the pending queue, in
+ * order, and later ones queue behind them, as UCP does; AM handlers keep
+ * descriptors at random and release them later. A trial ends by draining
+ * (flush, every AM delivered), by flush(CANCEL) or by destroying the endpoints
+ * with operations in flight.
  *
  * The model checks what uct.h and UCX's conventions promise: every
  * completion runs once, never inside the posting call, with UCS_OK (or,
@@ -41,12 +49,21 @@
 #include <uct/api/uct.h>
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define AM_ID     7
 #define AM_MAGIC  0xa5ull
@@ -69,17 +86,19 @@
 
 static char trial_desc[512];
 static uint64_t trial_seed;
+static const char *role = ""; /* "peer: " in the peer process */
+static int is_peer;
 
-#define CHECK(_cond, ...)                                                   \
-    do {                                                                    \
-        if (!(_cond)) {                                                     \
-            fprintf(stderr,                                                 \
-                    "%s:%d: trial %" PRIu64 " (%s): CHECK(%s): ", __FILE__, \
-                    __LINE__, trial_seed, trial_desc, #_cond);              \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-            exit(1);                                                        \
-        }                                                                   \
+#define CHECK(_cond, ...)                                                 \
+    do {                                                                  \
+        if (!(_cond)) {                                                   \
+            fprintf(stderr,                                               \
+                    "%s%s:%d: trial %" PRIu64 " (%s): CHECK(%s): ", role, \
+                    __FILE__, __LINE__, trial_seed, trial_desc, #_cond);  \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fprintf(stderr, "\n");                                        \
+            exit(1);                                                      \
+        }                                                                 \
     } while (0)
 
 #define CHECK_OK(_expr)                                                 \
@@ -224,6 +243,21 @@ typedef struct word {
 
 typedef struct side side_t;
 
+/* An endpoint's AMs: the sender counts and records each one's length, the
+ * receiver counts what arrived. In a split trial the receiver may be the
+ * peer process: these live in memory both map. */
+typedef struct am_track {
+    uint32_t sent;
+    uint32_t rcvd;
+    uint32_t dst; /* the index of the receiving side */
+    uint32_t len[AM_RING];
+} am_track_t;
+
+typedef struct shared {
+    am_track_t am[MAX_EPS];
+    uint32_t peer_ep_failed; /* the peer's endpoint saw an error */
+} shared_t;
+
 typedef struct tep {
     unsigned idx;
     side_t *src, *dst;
@@ -241,9 +275,10 @@ typedef struct tep {
     unsigned posted_head, posted_tail;
     op_t *pend[FIFO_LEN]; /* in UCT's pending queue, in order */
     unsigned pend_head, pend_tail;
-    uint32_t am_sent, am_rcvd;
-    uint32_t am_len[AM_RING];
+    am_track_t *am;
     unsigned ops_posted, ops_pending, flushes;
+    unsigned data_ops;         /* posted, flushes not counted */
+    unsigned data_ops_at_kill; /* when the peer process was killed */
     /* Chaos trials: the endpoint saw an error (a completion, a call's
      * status or its error handler), how often the handler ran, and what
      * the model found wrong (only a failed endpoint may have that). */
@@ -256,6 +291,13 @@ typedef struct tep {
 } tep_t;
 
 struct side {
+    unsigned index;
+    /* In the peer process (split trials): no interface here; its buffer
+     * is mapped here too, at rdelta bytes from where the peer has it. */
+    int remote;
+    uintptr_t rdelta;
+    void *peer_ep_addr; /* endpoint to endpoint: the peer's endpoint */
+    int mapped;         /* buf is split_map (not allocated) */
     uct_iface_h iface;
     uct_iface_attr_t attr;
     void *dev_addr, *iface_addr;
@@ -284,14 +326,18 @@ typedef struct config {
     int end;      /* END_* */
     const char *faults;
     unsigned keep_pct; /* AM descriptors kept */
-    int chaos;         /* transport errors injected */
+    int chaos;         /* endpoints may fail: errors injected, or kill */
     int async_thread;  /* the worker's async context in thread mode */
+    int split;         /* the other interface in a peer process */
+    int kill;          /* split: the peer is killed (SIGKILL) mid-trial */
+    unsigned kill_at;  /* after this many operations */
 } config_t;
 
 enum { END_DRAIN, END_CANCEL, END_DESTROY };
 static const char *end_name[] = {"drain", "cancel", "destroy"};
 
 static uct_component_h component;
+static uct_component_h *components;
 static uct_md_h md;
 static uct_worker_h worker;
 static ucs_async_context_t *async;
@@ -307,7 +353,44 @@ static unsigned ops_live;
 static int ending;
 static int verbose;
 static unsigned long total_ops, total_pending, total_kept, total_comp;
-static unsigned long total_reconnects;
+static unsigned long total_reconnects, total_split, total_kill_failed;
+static unsigned long total_peer_am, total_peer_sent;
+static shared_t local_shared;
+static shared_t *shared   = &local_shared;
+static unsigned split_pct = 25;
+static char self_exe[PATH_MAX];
+/* Split trials: the peer process, its control socket, the memory shared
+ * with it (the peer side's buffer, then shared_t) and where it is here. */
+static pid_t peer_pid = -1;
+static int peer_sock  = -1;
+static uint8_t *split_map;
+static int peer_ending;  /* in the peer: errors on its endpoint expected */
+static uct_ep_h peer_ep; /* in the peer: its endpoint (endpoint to endpoint) */
+static unsigned peer_err_calls;
+static int peer_killed;
+
+#define SPLIT_MAP (SIDE_BUF + ((sizeof(shared_t) + 4095u) & ~4095u))
+
+/* Split, endpoint to endpoint: the peer sends AMs back on its endpoint (the
+ * one connection carries both directions, as UCP's wireup makes it), as
+ * endpoint 1 would (nep is 1 then); its_failed says its endpoint failed
+ * (what it sent may be lost). */
+#define PEER_AM_EP 1u
+
+static int peer_streams(void)
+{
+    return cfg.split && !cfg.to_iface;
+}
+
+static uint32_t am_sent(const tep_t *e)
+{
+    return e->am->sent;
+}
+
+static uint32_t am_rcvd(const tep_t *e)
+{
+    return __atomic_load_n(&e->am->rcvd, __ATOMIC_ACQUIRE);
+}
 
 static double now(void)
 {
@@ -335,22 +418,102 @@ static void dump_state(void)
                 " flushes %u am sent %u received %u; oldest in flight: %s"
                 " seq %" PRIu64 " done %d; first pending: %s seq %" PRIu64 "\n",
                 i, e->next_seq, e->ops_posted, e->posted_tail - e->posted_head,
-                e->pend_tail - e->pend_head, e->flushes, e->am_sent, e->am_rcvd,
+                e->pend_tail - e->pend_head, e->flushes, am_sent(e), am_rcvd(e),
                 h ? kind_name[h->kind] : "-", h ? h->seq : 0, h ? h->done : 0,
                 p ? kind_name[p->kind] : "-", p ? p->seq : 0);
     }
+}
+
+/* Split trials, here: the peer process must live until told to quit (it
+ * exits on a failed check of its own, which it printed). */
+static void peer_check(void)
+{
+    int st;
+
+    if ((peer_pid > 0) && (waitpid(peer_pid, &st, WNOHANG) == peer_pid)) {
+        peer_pid = -1;
+        CHECK(0, "the peer process ended (%s %d)",
+              WIFEXITED(st) ? "exit status" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+}
+
+/* Control messages between the test and its peer process (split trials):
+ * one datagram each (SOCK_SEQPACKET). */
+enum {
+    MSG_HELLO = 1, /* arg: the trial's seed */
+    MSG_ADDR,      /* arg: the peer's buffer; data: addr_lens_t, addresses */
+    MSG_CONNECT,   /* data: addr_lens_t, device and endpoint address */
+    MSG_ENDING,    /* errors of the peer's endpoint are expected now */
+    MSG_QUIT,
+    MSG_ACK,
+    MSG_BYE /* arg: the peer's AM handler calls */
+};
+
+#define MSG_MAX 2048u
+
+typedef struct msg {
+    uint32_t type;
+    uint32_t len;
+    uint64_t arg;
+    uint8_t data[MSG_MAX];
+} msg_t;
+
+typedef struct addr_lens {
+    uint32_t dev, iface, rkey, ep;
+} addr_lens_t;
+
+static void msg_send(uint32_t type, uint64_t arg, const void *data, size_t len)
+{
+    msg_t m;
+    ssize_t n;
+
+    CHECK(len <= MSG_MAX, "message of %zu bytes", len);
+    m.type = type;
+    m.len  = (uint32_t)len;
+    m.arg  = arg;
+    if (len > 0) {
+        memcpy(m.data, data, len);
+    }
+    n = send(peer_sock, &m, offsetof(msg_t, data) + len, MSG_NOSIGNAL);
+    CHECK(n == (ssize_t)(offsetof(msg_t, data) + len), "sending message %u: %s",
+          type, strerror(errno));
+}
+
+/* Wait for the message of @a type, progressing meanwhile (the other
+ * process may need this one's progress before it answers). */
+static void msg_recv(uint32_t type, msg_t *m)
+{
+    double deadline = now() + WAIT_SEC;
+    ssize_t n;
+
+    while ((n = recv(peer_sock, m, sizeof(*m), MSG_DONTWAIT)) < 0) {
+        CHECK((errno == EAGAIN) || (errno == EWOULDBLOCK) || (errno == EINTR),
+              "receiving message %u: %s", type, strerror(errno));
+        CHECK(now() < deadline, "no message %u in %.0f s", type, WAIT_SEC);
+        if (worker != NULL) {
+            uct_worker_progress(worker);
+        }
+    }
+    CHECK(n > 0, "waiting for message %u: the %s process went away", type,
+          is_peer ? "test" : "peer");
+    CHECK((n >= (ssize_t)offsetof(msg_t, data)) && (m->type == type) &&
+              (n == (ssize_t)(offsetof(msg_t, data) + m->len)),
+          "message %u of %zd bytes, expected %u", m->type, n, type);
 }
 
 /* Chaos, endpoint to endpoint: what UCP's keepalive does (uct_ep_check)
  * every 0.1 s of a wait. An endpoint waiting for credits sends nothing, so
  * it would not notice that the peer's side failed. (Through the connection
  * manager the peer's released passive endpoint says so, DROP: no keepalive
- * there, so that the test sees that it does.) */
+ * there, so that the test sees that it does; but a killed peer sends
+ * nothing.) */
 static void keepalive(double *next)
 {
     unsigned i;
 
-    if (!cfg.chaos || cfg.to_iface || ending || (now() < *next)) {
+    if (!cfg.chaos || (cfg.to_iface && !peer_killed) || ending ||
+        (now() < *next)) {
         return;
     }
     *next = now() + 0.1;
@@ -372,6 +535,7 @@ static void keepalive(double *next)
             }                                 \
             uct_worker_progress(worker);      \
             keepalive(&_keepalive);           \
+            peer_check();                     \
         }                                     \
     } while (0)
 
@@ -680,15 +844,19 @@ static uint32_t am_seed(unsigned ep, uint32_t seq)
 
 /* -------------------------------------------------------------- posting */
 
+/* Remote addresses are the target side's own (the peer process maps its
+ * buffer elsewhere). */
 static uint64_t raddr_slot(const tep_t *e, const op_t *op)
 {
-    return (uintptr_t)(e->rarea + (size_t)op->slot * SLOT_SIZE + op->off);
+    return (uintptr_t)(e->rarea + (size_t)op->slot * SLOT_SIZE + op->off) +
+           e->dst->rdelta;
 }
 
 static uint64_t raddr_word(const tep_t *e, const op_t *op)
 {
     return (uintptr_t)(e->rarea + (size_t)SLOTS * SLOT_SIZE + op->slot * 8u +
-                       op->off);
+                       op->off) +
+           e->dst->rdelta;
 }
 
 static ucs_status_t post_atomic(op_t *op, uct_ep_h ep, uct_rkey_t rkey)
@@ -835,6 +1003,8 @@ static ucs_status_t op_try(op_t *op)
     ++e->ops_posted;
     if (op->kind == K_FLUSH) {
         ++e->flushes;
+    } else {
+        ++e->data_ops;
     }
     if ((st == UCS_OK) || UCS_STATUS_IS_ERR(st)) {
         op_done(op, st);
@@ -1050,7 +1220,7 @@ static int new_am(tep_t *e, kind_t kind)
     int ls = -1;
     op_t *op;
 
-    if (e->am_sent - e->am_rcvd >= AM_RING) {
+    if (am_sent(e) - am_rcvd(e) >= AM_RING) {
         return 0;
     }
     switch (kind) {
@@ -1073,7 +1243,7 @@ static int new_am(tep_t *e, kind_t kind)
         return 0;
     }
     op        = op_alloc(e, kind);
-    op->amseq = e->am_sent++;
+    op->amseq = e->am->sent++;
     op->seed  = am_seed(e->idx, op->amseq);
     op->len   = rng_len(8, max);
     if (kind == K_AM_ZCOPY) {
@@ -1084,7 +1254,7 @@ static int new_am(tep_t *e, kind_t kind)
         e->src_busy[ls] = 1;
         am_fill(op, lsrc(e, (unsigned)ls), op->hdr_len, op->len - op->hdr_len);
     }
-    e->am_len[op->amseq % AM_RING] = (uint32_t)op->len;
+    e->am->len[op->amseq % AM_RING] = (uint32_t)op->len;
     issue(op);
     return 1;
 }
@@ -1250,7 +1420,7 @@ static ucs_status_t am_cb(void *arg, void *data, size_t length, unsigned flags)
     unsigned idx;
     uint32_t seq;
     const uint8_t *p = data;
-    tep_t *e;
+    am_track_t *t;
     size_t i;
 
     ++s->am_calls;
@@ -1259,18 +1429,19 @@ static ucs_status_t am_cb(void *arg, void *data, size_t length, unsigned flags)
     CHECK((hdr >> 56) == AM_MAGIC, "AM header 0x%016" PRIx64, hdr);
     idx = (unsigned)(hdr >> 48) & 0xff;
     seq = (uint32_t)hdr;
-    CHECK(idx < nep, "AM from endpoint %u", idx);
-    e = &eps[idx];
-    CHECK(e->dst == s, "ep %u's AM reached the wrong interface", idx);
-    CHECK(seq == e->am_rcvd, "ep %u: AM %u arrived, expected %u (sent %u)", idx,
-          seq, e->am_rcvd, e->am_sent);
-    CHECK(length == e->am_len[seq % AM_RING], "ep %u AM %u: %zu bytes, sent %u",
-          idx, seq, length, e->am_len[seq % AM_RING]);
+    CHECK((idx < nep) || ((idx == PEER_AM_EP) && peer_streams()),
+          "AM from endpoint %u", idx);
+    t = &shared->am[idx];
+    CHECK(t->dst == s->index, "ep %u's AM reached the wrong interface", idx);
+    CHECK(seq == t->rcvd, "ep %u: AM %u arrived, expected %u (sent %u)", idx,
+          seq, t->rcvd, t->sent);
+    CHECK(length == t->len[seq % AM_RING], "ep %u AM %u: %zu bytes, sent %u",
+          idx, seq, length, t->len[seq % AM_RING]);
     for (i = 8; i < length; ++i) {
         CHECK(p[i] == pat(am_seed(idx, seq), i),
               "ep %u AM %u (%zu bytes): byte %zu differs", idx, seq, length, i);
     }
-    ++e->am_rcvd;
+    __atomic_store_n(&t->rcvd, seq + 1, __ATOMIC_RELEASE);
     if ((flags & UCT_CB_PARAM_FLAG_DESC) && (s->nkept < MAX_KEPT) &&
         rng_pct(cfg.keep_pct)) {
         s->kept[s->nkept].desc = (uint8_t *)data - cfg.headroom;
@@ -1307,6 +1478,19 @@ static ucs_status_t err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
 {
     unsigned i;
 
+    if (is_peer) {
+        /* Its one endpoint (endpoint to endpoint): the trial's end or
+         * chaos may fail it, once. */
+        CHECK(peer_ending || cfg.chaos, "error handler: %s",
+              ucs_status_string(status));
+        CHECK((ep == peer_ep) && (arg == &sides[1]),
+              "error handler for an endpoint the peer does not have");
+        CHECK(++peer_err_calls == 1, "error handler called %u times",
+              peer_err_calls);
+        __atomic_store_n(&shared->peer_ep_failed, 1, __ATOMIC_RELEASE);
+        return UCS_OK;
+    }
+
     CHECK(ending || cfg.chaos, "error handler: ep %p %s", (void *)ep,
           ucs_status_string(status));
     for (i = 0; (i < nep) && (eps[i].ep != ep); ++i) {
@@ -1331,13 +1515,16 @@ static void cfg_set(uct_iface_config_t *c, const char *name, unsigned v)
     CHECK_OK(uct_config_modify(c, name, buf));
 }
 
-static ucs_status_t side_open(side_t *s)
+/* Side @a index's interface, and its buffer: @a buf when mapped (the peer
+ * process's), else allocated. */
+static ucs_status_t side_open(side_t *s, unsigned index, uint8_t *buf)
 {
     uct_iface_params_t params = {0};
     uct_iface_config_t *c;
     ucs_status_t st;
 
     memset(s, 0, sizeof(*s));
+    s->index = index;
     CHECK_OK(uct_md_iface_config_read(md, "rc_vqp", NULL, NULL, &c));
     cfg_set(c, "NUM_QPS", cfg.num_qps);
     CHECK_OK(uct_config_modify(c, "LB", cfg.lb));
@@ -1352,6 +1539,9 @@ static ucs_status_t side_open(side_t *s)
     cfg_set(c, "CQ_LEN", cfg.cq_len);
     if (cfg.chaos) { /* a peer's QP that failed is found dead sooner */
         CHECK_OK(uct_config_modify(c, "TIMEOUT", "1ms"));
+    }
+    if (cfg.kill) { /* an endpoint connecting to the killed peer gives up */
+        CHECK_OK(uct_config_modify(c, "CONNECT_TIMEOUT", "1s"));
     }
     params.field_mask =
         UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
@@ -1376,9 +1566,14 @@ static ucs_status_t side_open(side_t *s)
     CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr));
     CHECK_OK(uct_iface_set_am_handler(s->iface, AM_ID, am_cb, s, 0));
     uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    s->buf = aligned_alloc(4096, SIDE_BUF);
-    CHECK(s->buf != NULL, "out of memory");
-    memset(s->buf, 0, SIDE_BUF);
+    if (buf != NULL) {
+        s->buf    = buf; /* its contents are the other process's to set */
+        s->mapped = 1;
+    } else {
+        s->buf = aligned_alloc(4096, SIDE_BUF);
+        CHECK(s->buf != NULL, "out of memory");
+        memset(s->buf, 0, SIDE_BUF);
+    }
     CHECK_OK(
         uct_md_mem_reg(md, s->buf, SIDE_BUF, UCT_MD_MEM_ACCESS_ALL, &s->memh));
     return UCS_OK;
@@ -1398,13 +1593,28 @@ static void side_rkey(side_t *s)
 
 static void side_close(side_t *s)
 {
-    release_kept(s, MAX_KEPT);
-    uct_rkey_release(component, &s->rkey);
-    CHECK_OK(uct_md_mem_dereg(md, s->memh));
-    uct_iface_close(s->iface);
-    free(s->buf);
+    if (!s->remote) {
+        release_kept(s, MAX_KEPT);
+    }
+    if (!is_peer) {
+        uct_rkey_release(component, &s->rkey);
+    }
+    if (!s->remote) {
+        CHECK_OK(uct_md_mem_dereg(md, s->memh));
+        uct_iface_close(s->iface);
+    }
+    if (!s->remote && !s->mapped) {
+        free(s->buf);
+    }
     free(s->dev_addr);
     free(s->iface_addr);
+    free(s->peer_ep_addr);
+}
+
+/* Side @a i if it is in this process, else side 0. */
+static side_t *local_side(unsigned i)
+{
+    return sides[i].remote ? &sides[0] : &sides[i];
 }
 
 static void tep_init(tep_t *e, unsigned idx, side_t *src, side_t *dst)
@@ -1419,7 +1629,9 @@ static void tep_init(tep_t *e, unsigned idx, side_t *src, side_t *dst)
     e->next_seq    = 1;
     e->fence_seq   = 0;
     e->posted_head = e->posted_tail = e->pend_head = e->pend_tail = 0;
-    e->am_sent = e->am_rcvd = 0;
+    e->am = &shared->am[idx];
+    memset(e->am, 0, sizeof(*e->am));
+    e->am->dst    = dst->index;
     e->ops_posted = e->ops_pending = e->flushes = 0;
     e->failed                                   = 0;
     e->errors = e->err_calls = e->mismatches = 0;
@@ -1458,6 +1670,29 @@ static uct_ep_h ep_to_iface(side_t *from, side_t *to)
     return ep;
 }
 
+/* Split, endpoint to endpoint: ep 0 and the peer's endpoint (created with
+ * its interface, its address came with the interface's). */
+static void connect_peer_ep(void)
+{
+    uct_ep_params_t p = {.field_mask = UCT_EP_PARAM_FIELD_IFACE,
+                         .iface      = sides[0].iface};
+    uint8_t buf[MSG_MAX];
+    addr_lens_t l = {.dev = (uint32_t)sides[0].attr.device_addr_len,
+                     .ep  = (uint32_t)sides[0].attr.ep_addr_len};
+    msg_t m;
+
+    CHECK(sizeof(l) + l.dev + l.ep <= sizeof(buf), "addresses too long");
+    CHECK_OK(uct_ep_create(&p, &eps[0].ep));
+    memcpy(buf, &l, sizeof(l));
+    memcpy(buf + sizeof(l), sides[0].dev_addr, l.dev);
+    CHECK_OK(uct_ep_get_address(eps[0].ep,
+                                (uct_ep_addr_t *)(buf + sizeof(l) + l.dev)));
+    msg_send(MSG_CONNECT, 0, buf, sizeof(l) + l.dev + l.ep);
+    msg_recv(MSG_ACK, &m);
+    CHECK_OK(uct_ep_connect_to_ep(eps[0].ep, sides[1].dev_addr,
+                                  sides[1].peer_ep_addr));
+}
+
 static void connect_eps(void)
 {
     uct_ep_params_t p = {.field_mask = UCT_EP_PARAM_FIELD_IFACE};
@@ -1468,6 +1703,8 @@ static void connect_eps(void)
         for (i = 0; i < nep; ++i) {
             eps[i].ep = ep_to_iface(eps[i].src, eps[i].dst);
         }
+    } else if (cfg.split) {
+        connect_peer_ep();
     } else {
         /* One connection, used both ways (as UCP's wireup makes it). */
         p.iface = sides[0].iface;
@@ -1532,6 +1769,18 @@ static void pick_config(void)
     cfg.keep_pct     = rng_pct(50) ? 0 : PICK(((const unsigned[]){5, 30}));
     cfg.chaos        = rng_pct(30);
     cfg.async_thread = rng_pct(50);
+    cfg.split        = rng_below(100) < split_pct;
+    if (cfg.split && !cfg.to_iface) {
+        cfg.nep = 1; /* the peer's endpoint is the other half */
+    }
+    /* A killed peer: what a failed endpoint may do is allowed (chaos), but
+     * no transport errors are injected, so only the endpoints to it may
+     * fail. */
+    cfg.kill = cfg.split && rng_pct(30);
+    if (cfg.kill) {
+        cfg.chaos   = 1;
+        cfg.kill_at = rng_below(cfg.ops);
+    }
 #undef PICK
 }
 
@@ -1540,14 +1789,15 @@ static void describe(void)
     snprintf(trial_desc, sizeof(trial_desc),
              "qps %u %s frag %u stripe %u outstanding %u txq %u rxq %u fc %u"
              " seg %u inline %u cq %u headroom %zu %s eps %u ops %u end %s"
-             " faults %s%s keep %u%%%s",
+             " faults %s%s keep %u%%%s%s%s",
              cfg.num_qps, cfg.lb, cfg.frag, cfg.stripe, cfg.max_outstanding,
              cfg.tx_queue_len, cfg.rx_queue_len, cfg.fc_wnd, cfg.seg_size,
              cfg.max_inline, cfg.cq_len, cfg.headroom,
              cfg.to_iface ? "to-iface" : "ep-to-ep", cfg.nep, cfg.ops,
              end_name[cfg.end], cfg.faults ? cfg.faults : "none",
              cfg.chaos ? " chaos" : "", cfg.keep_pct,
-             cfg.async_thread ? " async thread" : "");
+             cfg.async_thread ? " async thread" : "", cfg.split ? " split" : "",
+             cfg.kill ? " kill" : "");
 }
 
 static void md_open(void)
@@ -1564,7 +1814,7 @@ static void md_open(void)
         len = (size_t)snprintf(faults, sizeof(faults), "seed=%u",
                                (unsigned)trial_seed);
     }
-    if (cfg.chaos) {
+    if (cfg.chaos && !cfg.kill) {
         snprintf(faults + len, sizeof(faults) - len, ",err_prob=0.003:0x15");
     }
     if ((cfg.faults != NULL) || cfg.chaos) {
@@ -1596,6 +1846,327 @@ static void iface_fence(side_t *s)
     }
 }
 
+/* ---------------------------------------------------- the peer process */
+
+/* Split trials: the peer process (this program with --peer SOCK MEMFD) and
+ * the memory shared with it: the peer side's buffer, then shared_t. */
+static void split_start(void)
+{
+    char sock_arg[16], fd_arg[16];
+    int sv[2], fd;
+
+    fd = memfd_create("uct_random", 0);
+    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
+    CHECK(ftruncate(fd, SPLIT_MAP) == 0, "ftruncate: %s", strerror(errno));
+    split_map =
+        mmap(NULL, SPLIT_MAP, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(split_map != MAP_FAILED, "mmap: %s", strerror(errno));
+    shared = (shared_t *)(split_map + SIDE_BUF);
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0, "socketpair: %s",
+          strerror(errno));
+    /* The peer gets them as descriptors 3 and 4, and nothing else of this
+     * process (a device's descriptors would outlive it there). */
+    snprintf(sock_arg, sizeof(sock_arg), "%d", 3);
+    snprintf(fd_arg, sizeof(fd_arg), "%d", 4);
+    fflush(stdout);
+    fflush(stderr);
+    peer_pid = fork();
+    CHECK(peer_pid >= 0, "fork: %s", strerror(errno));
+    if (peer_pid == 0) {
+        int a = fcntl(sv[1], F_DUPFD, 100), b = fcntl(fd, F_DUPFD, 100);
+
+        if ((a < 0) || (b < 0) || (dup2(a, 3) != 3) || (dup2(b, 4) != 4) ||
+            (close_range(5, ~0u, 0) != 0)) {
+            _exit(126);
+        }
+        execl(self_exe, self_exe, "--peer", sock_arg, fd_arg, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    close(fd);
+    peer_sock = sv[0];
+    msg_send(MSG_HELLO, trial_seed, NULL, 0);
+}
+
+static void *dup_bytes(const uint8_t *p, size_t len)
+{
+    void *d = malloc(len ? len : 1);
+
+    CHECK(d != NULL, "out of memory");
+    memcpy(d, p, len);
+    return d;
+}
+
+/* The side in the peer process, as this process uses it: its addresses,
+ * its rkey and its buffer (mapped here at another address). */
+static void side_remote(side_t *s)
+{
+    const uint8_t *p;
+    addr_lens_t l;
+    msg_t m;
+
+    memset(s, 0, sizeof(*s));
+    s->index  = 1;
+    s->remote = 1;
+    msg_recv(MSG_ADDR, &m);
+    CHECK(m.len >= sizeof(l), "MSG_ADDR of %u bytes", m.len);
+    memcpy(&l, m.data, sizeof(l));
+    CHECK(m.len == sizeof(l) + l.dev + l.iface + l.rkey + l.ep,
+          "MSG_ADDR of %u bytes", m.len);
+    p             = m.data + sizeof(l);
+    s->dev_addr   = dup_bytes(p, l.dev);
+    s->iface_addr = dup_bytes(p + l.dev, l.iface);
+    CHECK_OK(uct_rkey_unpack(component, p + l.dev + l.iface, &s->rkey));
+    if (l.ep > 0) {
+        s->peer_ep_addr = dup_bytes(p + l.dev + l.iface + l.rkey, l.ep);
+    }
+    s->buf    = split_map;
+    s->rdelta = (uintptr_t)m.arg - (uintptr_t)split_map;
+}
+
+/* The trial's end: the peer closes and exits with 0. */
+static void split_finish(void)
+{
+    double deadline = now() + WAIT_SEC;
+    msg_t m;
+    int st;
+
+    if (peer_killed) {
+        return;
+    }
+    msg_send(MSG_QUIT, 0, NULL, 0);
+    msg_recv(MSG_BYE, &m);
+    total_peer_am += m.arg;
+    if (m.len == sizeof(uint64_t)) {
+        total_peer_sent += *(const uint64_t *)m.data;
+    }
+    while (waitpid(peer_pid, &st, WNOHANG) == 0) {
+        CHECK(now() < deadline, "the peer process did not exit");
+        uct_worker_progress(worker);
+    }
+    peer_pid = -1;
+    CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0),
+          "the peer process ended"
+          " with status 0x%x",
+          st);
+    close(peer_sock);
+    peer_sock = -1;
+}
+
+static void split_unmap(void)
+{
+    CHECK(munmap(split_map, SPLIT_MAP) == 0, "munmap: %s", strerror(errno));
+    split_map = NULL;
+    shared    = &local_shared;
+}
+
+/* SIGKILL: the peer dies wherever it is (a device lock held, a WQE half
+ * executed, a passive endpoint's credits not granted). */
+static void split_kill(void)
+{
+    unsigned i;
+    int st;
+
+    CHECK(kill(peer_pid, SIGKILL) == 0, "kill: %s", strerror(errno));
+    CHECK(waitpid(peer_pid, &st, 0) == peer_pid, "waitpid: %s",
+          strerror(errno));
+    peer_pid = -1;
+    close(peer_sock);
+    peer_sock   = -1;
+    peer_killed = 1;
+    for (i = 0; i < nep; ++i) {
+        eps[i].data_ops_at_kill = eps[i].data_ops;
+    }
+}
+
+/* Errors on the peer's endpoint may come from now on. */
+static void split_ending(void)
+{
+    msg_t m;
+
+    if (peer_killed) {
+        return;
+    }
+    msg_send(MSG_ENDING, 0, NULL, 0);
+    msg_recv(MSG_ACK, &m);
+}
+
+static void component_open(void);
+
+typedef struct peer_am {
+    uint32_t seq;
+    size_t len;
+} peer_am_t;
+
+static void peer_am_fill(uint8_t *dst, uint32_t seq, size_t len)
+{
+    uint64_t hdr = (AM_MAGIC << 56) | ((uint64_t)PEER_AM_EP << 48) | seq;
+    size_t i;
+
+    memcpy(dst, &hdr, 8);
+    for (i = 8; i < len; ++i) {
+        dst[i] = pat(am_seed(PEER_AM_EP, seq), i);
+    }
+}
+
+static size_t peer_pack_am(void *dest, void *arg)
+{
+    const peer_am_t *a = arg;
+
+    peer_am_fill(dest, a->seq, a->len);
+    return a->len;
+}
+
+/* In the peer: one AM back on its endpoint, short or bcopy; refused ones
+ * are not retried (the next one may be another). Its length is recorded
+ * before the send: the test's handler may see it before the call returns. */
+static void peer_send_am(void)
+{
+    am_track_t *t             = &shared->am[PEER_AM_EP];
+    const uct_iface_attr_t *a = &sides[1].attr;
+    uint8_t buf[SLOT_SIZE];
+    uint64_t hdr;
+    peer_am_t am;
+    ucs_status_t st;
+    ssize_t n;
+
+    am.seq = t->sent;
+    if (am.seq - __atomic_load_n(&t->rcvd, __ATOMIC_ACQUIRE) >= AM_RING) {
+        return;
+    }
+    if (rng_pct(50) && (a->cap.am.max_short >= 8)) {
+        am.len                   = rng_len(8, a->cap.am.max_short);
+        t->len[am.seq % AM_RING] = (uint32_t)am.len;
+        peer_am_fill(buf, am.seq, am.len);
+        memcpy(&hdr, buf, 8);
+        st = uct_ep_am_short(peer_ep, AM_ID, hdr, buf + 8,
+                             (unsigned)(am.len - 8));
+    } else {
+        am.len = rng_len(8, min_size(a->cap.am.max_bcopy, SLOT_SIZE));
+        t->len[am.seq % AM_RING] = (uint32_t)am.len;
+        n = uct_ep_am_bcopy(peer_ep, AM_ID, peer_pack_am, &am, 0);
+        CHECK((n < 0) || ((size_t)n == am.len), "am_bcopy returned %zd of %zu",
+              n, am.len);
+        st = (n < 0) ? (ucs_status_t)n : UCS_OK;
+    }
+    if (st == UCS_OK) {
+        __atomic_store_n(&t->sent, am.seq + 1, __ATOMIC_RELEASE);
+        ++total_ops;
+    } else {
+        CHECK((st == UCS_ERR_NO_RESOURCE) || cfg.chaos || peer_ending,
+              "peer AM: %s", ucs_status_string(st));
+    }
+}
+
+/* The peer process: side 1 of trial HELLO's seed; receives AMs (checked
+ * against the shared AM records) and keeps descriptors for a while, until
+ * told to quit. */
+static int peer_main(int sock, int memfd)
+{
+    uct_ep_params_t p = {.field_mask = UCT_EP_PARAM_FIELD_IFACE};
+    uct_md_attr_t md_attr;
+    uint8_t buf[MSG_MAX];
+    const uint8_t *d;
+    int connected = 0;
+    addr_lens_t l;
+    unsigned i;
+    ssize_t n;
+    msg_t m;
+
+    is_peer   = 1;
+    role      = "peer: ";
+    peer_sock = sock;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    msg_recv(MSG_HELLO, &m);
+    trial_seed = m.arg;
+    rng.s      = trial_seed * 0x2545f4914f6cdd1dull;
+    pick_config();
+    describe();
+    CHECK(cfg.split, "not a split trial");
+    nep   = cfg.nep;
+    rng.s = ~trial_seed; /* its own choices: which AMs it keeps */
+    split_map =
+        mmap(NULL, SPLIT_MAP, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    CHECK(split_map != MAP_FAILED, "mmap: %s", strerror(errno));
+    close(memfd);
+    shared                     = (shared_t *)(split_map + SIDE_BUF);
+    shared->am[PEER_AM_EP].dst = 0; /* its AMs go to side 0 */
+    component_open();
+    CHECK_OK(ucs_async_context_create(
+        cfg.async_thread ? UCS_ASYNC_MODE_THREAD_SPINLOCK : UCS_ASYNC_MODE_POLL,
+        &async));
+    CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker));
+    md_open();
+    CHECK_OK(side_open(&sides[1], 1, split_map));
+
+    l.dev   = (uint32_t)sides[1].attr.device_addr_len;
+    l.iface = (uint32_t)sides[1].attr.iface_addr_len;
+    CHECK_OK(uct_md_query(md, &md_attr));
+    l.rkey = (uint32_t)md_attr.rkey_packed_size;
+    l.ep   = cfg.to_iface ? 0 : (uint32_t)sides[1].attr.ep_addr_len;
+    CHECK(sizeof(l) + l.dev + l.iface + l.rkey + l.ep <= sizeof(buf),
+          "addresses too long");
+    memcpy(buf, &l, sizeof(l));
+    memcpy(buf + sizeof(l), sides[1].dev_addr, l.dev);
+    memcpy(buf + sizeof(l) + l.dev, sides[1].iface_addr, l.iface);
+    CHECK_OK(
+        uct_md_mkey_pack(md, sides[1].memh, buf + sizeof(l) + l.dev + l.iface));
+    if (!cfg.to_iface) {
+        p.iface = sides[1].iface;
+        CHECK_OK(uct_ep_create(&p, &peer_ep));
+        CHECK_OK(uct_ep_get_address(
+            peer_ep,
+            (uct_ep_addr_t *)(buf + sizeof(l) + l.dev + l.iface + l.rkey)));
+    }
+    msg_send(MSG_ADDR, (uintptr_t)split_map, buf,
+             sizeof(l) + l.dev + l.iface + l.rkey + l.ep);
+
+    for (;;) {
+        n = recv(peer_sock, &m, sizeof(m), MSG_DONTWAIT);
+        if (n < 0) {
+            CHECK((errno == EAGAIN) || (errno == EWOULDBLOCK) ||
+                      (errno == EINTR),
+                  "receiving: %s", strerror(errno));
+        } else if (n == 0) {
+            CHECK(0, "the test process went away");
+        } else if (m.type == MSG_CONNECT) {
+            CHECK(!cfg.to_iface && (m.len >= sizeof(l)), "MSG_CONNECT");
+            memcpy(&l, m.data, sizeof(l));
+            d = m.data + sizeof(l);
+            CHECK_OK(uct_ep_connect_to_ep(peer_ep, (const uct_device_addr_t *)d,
+                                          (const uct_ep_addr_t *)(d + l.dev)));
+            connected = 1;
+            msg_send(MSG_ACK, 0, NULL, 0);
+        } else if (m.type == MSG_ENDING) {
+            peer_ending = 1;
+            msg_send(MSG_ACK, 0, NULL, 0);
+        } else if (m.type == MSG_QUIT) {
+            break;
+        } else {
+            CHECK(0, "message %u", m.type);
+        }
+        if ((uct_worker_progress(worker) > 0) && rng_pct(5)) {
+            release_kept(&sides[1], 1 + rng_below(4));
+        }
+        if (connected && !peer_ending && (peer_err_calls == 0) && rng_pct(10)) {
+            peer_send_am();
+        }
+    }
+    if (peer_ep != NULL) {
+        uct_ep_destroy(peer_ep);
+    }
+    for (i = 0; i < 100; ++i) {
+        uct_worker_progress(worker);
+    }
+    side_close(&sides[1]);
+    msg_send(MSG_BYE, sides[1].am_calls, &total_ops, sizeof(total_ops));
+    uct_md_close(md);
+    uct_worker_destroy(worker);
+    ucs_async_context_destroy(async);
+    uct_release_component_list(components);
+    return 0;
+}
+
 static int all_done(const tep_t *e);
 
 /* An endpoint closed as UCP closes one (flush, every AM delivered) and a
@@ -1606,7 +2177,7 @@ static void reconnect(tep_t *e)
     new_flush(e);
     WAIT_FOR((e->pend_head == e->pend_tail) && all_done(e),
              "ep %u: the flush before its reconnect did not complete", e->idx);
-    WAIT_FOR(e->am_rcvd == e->am_sent, "ep %u: AMs not delivered", e->idx);
+    WAIT_FOR(am_rcvd(e) == am_sent(e), "ep %u: AMs not delivered", e->idx);
     uct_ep_destroy(e->ep);
     e->ep = ep_to_iface(e->src, e->dst);
     ++total_reconnects;
@@ -1665,16 +2236,31 @@ static int failed_done(const tep_t *e)
     return 1;
 }
 
+/* The peer's AMs (peer_streams) all arrived, or its endpoint failed (what
+ * it sent may be lost then), or it was killed. */
+static int peer_stream_done(void)
+{
+    const am_track_t *t = &shared->am[PEER_AM_EP];
+
+    return !peer_streams() || peer_killed ||
+           __atomic_load_n(&shared->peer_ep_failed, __ATOMIC_ACQUIRE) ||
+           (__atomic_load_n(&t->rcvd, __ATOMIC_ACQUIRE) ==
+            __atomic_load_n(&t->sent, __ATOMIC_ACQUIRE));
+}
+
 static int drained(void)
 {
     const tep_t *e;
     unsigned i;
 
+    if (!peer_stream_done()) {
+        return 0;
+    }
     for (i = 0; i < nep; ++i) {
         e = &eps[i];
         if ((e->pend_head != e->pend_tail) ||
             (e->failed ? !failed_done(e)
-                       : (!all_done(e) || (e->am_rcvd != e->am_sent)))) {
+                       : (!all_done(e) || (am_rcvd(e) != am_sent(e))))) {
             return 0;
         }
     }
@@ -1713,9 +2299,9 @@ static void end_drain(void)
                      int _ok = 1;
                      for (i = 0; i < nep; ++i) {
                          _ok &= eps[i].failed ||
-                                (eps[i].am_rcvd == eps[i].am_sent);
+                                (am_rcvd(&eps[i]) == am_sent(&eps[i]));
                      }
-                     _ok;
+                     _ok &&peer_stream_done();
                  }),
                  "AMs not delivered");
     }
@@ -1723,6 +2309,15 @@ static void end_drain(void)
         unsigned s;
 
         e = &eps[i];
+        /* A killed peer: only it fails endpoints (nothing injected), and
+         * every endpoint that used it after its death learned of it. */
+        CHECK(!cfg.kill || !e->failed || e->dst->remote,
+              "ep %u failed, its interface is not the killed peer's", i);
+        CHECK(!peer_killed || !e->dst->remote || e->failed ||
+                  (e->data_ops == e->data_ops_at_kill),
+              "ep %u: %u operations after the peer was killed, no error", i,
+              e->data_ops - e->data_ops_at_kill);
+        total_kill_failed += peer_killed && e->failed;
         if (e->failed) {
             check_all_completed(e);
             /* An error is reported to the handler (once: err_cb). */
@@ -1741,7 +2336,9 @@ static void end_drain(void)
         }
     }
     flush_iface(&sides[0]);
-    flush_iface(&sides[1]);
+    if (!sides[1].remote) {
+        flush_iface(&sides[1]);
+    }
 }
 
 static unsigned cancel_done;
@@ -1826,6 +2423,10 @@ static void run_trial(void)
         printf("# trial %" PRIu64 ": %s\n", trial_seed, trial_desc);
         fflush(stdout);
     }
+    if (cfg.split) {
+        split_start(); /* before this process's threads start */
+        ++total_split;
+    }
     /* UCP's async context runs a thread (the connection manager's timer
      * then runs beside the progress calls); poll mode has none. */
     CHECK_OK(ucs_async_context_create(
@@ -1833,37 +2434,67 @@ static void run_trial(void)
         &async));
     CHECK_OK(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker));
     md_open();
-    st = side_open(&sides[0]);
-    if (st == UCS_OK) {
-        st = side_open(&sides[1]);
+    st = side_open(&sides[0], 0, NULL);
+    if ((st == UCS_OK) && !cfg.split) {
+        st = side_open(&sides[1], 1, NULL);
         if (st != UCS_OK) {
             side_close(&sides[0]);
         }
     }
     CHECK(st == UCS_OK, "interface open: %s", ucs_status_string(st));
     side_rkey(&sides[0]);
-    side_rkey(&sides[1]);
+    if (cfg.split) {
+        side_remote(&sides[1]);
+    } else {
+        side_rkey(&sides[1]);
+    }
 
-    ending   = 0;
-    nep      = cfg.nep;
-    free_ops = NULL;
-    ops_live = 0;
+    ending      = 0;
+    peer_killed = 0;
+    nep         = cfg.nep;
+    free_ops    = NULL;
+    ops_live    = 0;
     for (i = 0; i < MAX_OPS; ++i) {
         op_pool[i].state     = OP_FREE;
         op_pool[i].next_free = free_ops;
         free_ops             = &op_pool[i];
     }
-    /* ep 0: A to B; ep 1: B to A; ep 2: A to itself. */
+    /* ep 0: A to B; ep 1: B to A (split: A to B again, the peer process
+     * has no model); ep 2: A to itself. */
     tep_init(&eps[0], 0, &sides[0], &sides[1]);
     if (nep > 1) {
-        tep_init(&eps[1], 1, &sides[1], &sides[0]);
+        tep_init(&eps[1], 1, &sides[cfg.split ? 0 : 1],
+                 &sides[cfg.split ? 1 : 0]);
     }
     if (nep > 2) {
         tep_init(&eps[2], 2, &sides[0], &sides[0]);
     }
     connect_eps();
+    if (rng_pct(50)) {
+        /* Connected first (a flush completes once its endpoint is): the
+         * operations then meet a running connection, not a pending queue
+         * that fills while the connection manager works. */
+        for (i = 0; i < nep; ++i) {
+            new_flush(&eps[i]);
+        }
+        WAIT_FOR(({
+                     int _ok = 1;
+                     for (i = 0; i < nep; ++i) {
+                         _ok &= all_done(&eps[i]) &&
+                                (eps[i].pend_head == eps[i].pend_tail);
+                     }
+                     _ok;
+                 }),
+                 "the first flushes did not complete");
+    }
 
     while (issued < cfg.ops) {
+        if ((issued % 64) == 0) {
+            peer_check();
+        }
+        if (cfg.kill && !peer_killed && (issued >= cfg.kill_at)) {
+            split_kill();
+        }
         e = &eps[rng_below(nep)];
         if (e->failed) {
             for (i = 0; (i < nep) && eps[i].failed; ++i) {
@@ -1904,7 +2535,7 @@ static void run_trial(void)
         } else if (r < 80) {
             flush_nocomp(e);
         } else if (r < 81) {
-            flush_iface(&sides[rng_below(2)]);
+            flush_iface(local_side(rng_below(2)));
         } else if (r < 85) {
             /* A fence with requests queued would order them only by
              * rc_vqp's own rule; UCP fences with none queued. */
@@ -1913,9 +2544,9 @@ static void run_trial(void)
                 e->fence_seq = e->next_seq;
             }
         } else if (r < 87) {
-            release_kept(&sides[rng_below(2)], 1 + rng_below(4));
+            release_kept(local_side(rng_below(2)), 1 + rng_below(4));
         } else if (r < 88) {
-            iface_fence(&sides[rng_below(2)]);
+            iface_fence(local_side(rng_below(2)));
         } else if (r < 89) {
             /* UCP's keepalive: a PROBE among the operations. */
             st = uct_ep_check(e->ep, 0, NULL);
@@ -1935,6 +2566,9 @@ static void run_trial(void)
         }
     }
 
+    if (cfg.split) {
+        split_ending();
+    }
     switch (cfg.end) {
     case END_DRAIN:
         end_drain();
@@ -1957,9 +2591,15 @@ static void run_trial(void)
     for (i = 0; i < 100; ++i) {
         uct_worker_progress(worker);
     }
+    if (cfg.split) {
+        split_finish();
+    }
     CHECK(ops_live == 0, "%u operation records still in use", ops_live);
     side_close(&sides[0]);
     side_close(&sides[1]);
+    if (cfg.split) {
+        split_unmap();
+    }
     for (i = 0; i < nep; ++i) {
         unsigned s;
 
@@ -1972,21 +2612,11 @@ static void run_trial(void)
     ucs_async_context_destroy(async);
 }
 
-int main(int argc, char **argv)
+static void component_open(void)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
-    uct_component_h *components;
-    const char *s   = getenv("UCT_RANDOM_SEED");
-    const char *n   = getenv("UCT_RANDOM_TRIALS");
-    uint64_t first  = (s != NULL) ? strtoull(s, NULL, 0) : 1;
-    unsigned trials = (n != NULL) ? (unsigned)strtoul(n, NULL, 0)
-                      : (getenv("VQP_TEST_VALGRIND") != NULL) ? 30
-                                                              : 200;
     unsigned i, count;
 
-    (void)argc;
-    (void)argv;
-    verbose = (getenv("UCT_RANDOM_VERBOSE") != NULL);
     CHECK(dlopen(RC_VQP_MODULE, RTLD_NOW | RTLD_GLOBAL) != NULL, "dlopen: %s",
           dlerror());
     setenv("UCX_RC_VQP_SW", "y", 1);
@@ -1998,6 +2628,32 @@ int main(int argc, char **argv)
         }
     }
     CHECK(component != NULL, "no rc_vqp component");
+}
+
+int main(int argc, char **argv)
+{
+    const char *s   = getenv("UCT_RANDOM_SEED");
+    const char *n   = getenv("UCT_RANDOM_TRIALS");
+    const char *sp  = getenv("UCT_RANDOM_SPLIT");
+    uint64_t first  = (s != NULL) ? strtoull(s, NULL, 0) : 1;
+    unsigned trials = (n != NULL) ? (unsigned)strtoul(n, NULL, 0)
+                      : (getenv("VQP_TEST_VALGRIND") != NULL) ? 30
+                                                              : 200;
+    unsigned i;
+    ssize_t len;
+
+    verbose = (getenv("UCT_RANDOM_VERBOSE") != NULL);
+    if (sp != NULL) {
+        split_pct = (unsigned)strtoul(sp, NULL, 0);
+    }
+    if ((argc == 4) && !strcmp(argv[1], "--peer")) {
+        return peer_main(atoi(argv[2]), atoi(argv[3]));
+    }
+    len = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+    CHECK((len > 0) && ((size_t)len < sizeof(self_exe) - 1),
+          "readlink(/proc/self/exe): %s", strerror(errno));
+    self_exe[len] = '\0';
+    component_open();
 
     for (i = 0; i < trials; ++i) {
         trial_seed = first + i;
@@ -2005,8 +2661,11 @@ int main(int argc, char **argv)
         run_trial();
     }
     printf("# %lu operations, %lu queued as pending, %lu completions,"
-           " %lu AM descriptors kept, %lu reconnects\n",
-           total_ops, total_pending, total_comp, total_kept, total_reconnects);
+           " %lu AM descriptors kept here, %lu reconnects, %lu split trials"
+           " (%lu AMs received by peers, %lu sent by them, %lu endpoints"
+           " failed by a killed peer at a drain)\n",
+           total_ops, total_pending, total_comp, total_kept, total_reconnects,
+           total_split, total_peer_am, total_peer_sent, total_kill_failed);
     uct_release_component_list(components);
     printf("%u passed, 0 failed\n", trials);
     return 0;
