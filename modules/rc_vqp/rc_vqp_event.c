@@ -7,9 +7,13 @@
  * and the connection manager's), each checked for a CQE that arrived before
  * its arm.
  *
- * Work no device event announces is BUSY too: pending requests (resources
- * also come back when unsignaled operations complete silently), connection
- * attempts (REQs are resent on a timer) and passive endpoints to destroy.
+ * Work no device event announces is BUSY too: pending requests that could
+ * go now, connection attempts (REQs are resent on a timer) and passive
+ * endpoints to destroy. A request that waits for room or for a fence waits
+ * for a completion, and one that waits for credits for a grant (a receive):
+ * both are events, once a cover NOP makes sure that the WQEs in flight end
+ * in a CQE (unsignaled ones complete silently). So a sender held back by a
+ * full queue sleeps, as with UCX's rc, instead of spinning.
  * All event kinds (send completion, receive, solicited receive) are served
  * by the same arm: one CQ carries both directions.
  */
@@ -41,11 +45,17 @@ ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events)
                                        UCT_EVENT_RECV_SIG));
         return UCS_ERR_INVALID_PARAM;
     }
-    if (!ucs_list_is_empty(&iface->pending_eps) ||
-        !ucs_list_is_empty(&iface->grant_eps) ||
-        !ucs_arbiter_is_empty(&iface->arbiter) ||
+    if (!ucs_list_is_empty(&iface->grant_eps) ||
         !ucs_list_is_empty(&cm->connecting) ||
         !ucs_list_is_empty(&cm->doomed)) {
+        return UCS_ERR_BUSY;
+    }
+    /* What progress would do: endpoints that can send are scheduled, the
+     * others get the cover their completion event needs. */
+    if (!ucs_list_is_empty(&iface->pending_eps)) {
+        uct_rc_vqp_iface_schedule_pending(iface);
+    }
+    if (!ucs_arbiter_is_empty(&iface->arbiter)) {
         return UCS_ERR_BUSY;
     }
     status = vqp_dev_event_arm(iface->dev);

@@ -22,6 +22,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -2329,6 +2330,27 @@ static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
     }
 }
 
+/* A request in the pending queue: the next AM of the sequence. */
+typedef struct ev_pending {
+    uct_pending_req_t req;
+    pair_t *p;
+    uint64_t seq;
+    int done;
+} ev_pending_t;
+
+static ucs_status_t ev_pending_cb(uct_pending_req_t *self)
+{
+    ev_pending_t *r = ucs_container_of(self, ev_pending_t, req);
+    ucs_status_t status;
+
+    status = uct_ep_am_short(r->p->ep, AM_ID_DATA, EV_AM_MAGIC, &r->seq,
+                             sizeof(r->seq));
+    if (status == UCS_OK) {
+        r->done = 1;
+    }
+    return status;
+}
+
 /* Progress and arm until arm says UCS_OK (bounded). */
 static void ev_arm_idle(pair_t *p)
 {
@@ -2480,6 +2502,44 @@ static void run_events(pair_t *p, const scenario_t *sc)
         ev_am_send(p, ev_am_count - 1);
     }
     CHECK(!ev_am_bad, "an AM arrived with a wrong header or sequence");
+    ++step;
+
+    /* A sender out of credits sleeps (its pending request waits for a
+     * grant, a receive event) instead of spinning on a BUSY arm while the
+     * target does not progress; the grant wakes it. */
+    if (p->is_initiator) {
+        ev_stats_t st2 = {0};
+        ev_pending_t r = {.p = p};
+        uint64_t seq = ev_am_count, first = ev_am_count;
+        double deadline = pair_now() + PAIR_WAIT_SEC;
+
+        pair_send(p, MSG_DONE, step, 0);
+        while ((status = uct_ep_am_short(p->ep, AM_ID_DATA, EV_AM_MAGIC, &seq,
+                                         sizeof(seq))) == UCS_OK) {
+            ++seq;
+            CHECK(pair_now() < deadline, "am_short never refused");
+        }
+        CHECK_STATUS(status, UCS_ERR_NO_RESOURCE);
+        r.req.func = ev_pending_cb;
+        r.seq      = seq;
+        CHECK_STATUS(uct_ep_pending_add(p->ep, &r.req, 0), UCS_OK);
+        ev_sleep_until(p, fd, &r.done, 1, &st2, "pending AM");
+        CHECK(st2.sleeps > 0,
+              "never slept waiting for credits (%u arms, %u busy)", st2.arms,
+              st2.busy);
+        printf("  %s: %" PRIu64 " AMs, then asleep waiting for credits:"
+               " %u arms, %u busy, %u sleeps, %u wakeups\n",
+               pair_role_name, seq - first, st2.arms, st2.busy, st2.sleeps,
+               st2.wakeups);
+        pair_send(p, MSG_DONE, step + 1, seq + 1);
+    } else {
+        pair_recv(p, MSG_DONE, step, &msg);
+        usleep(EV_PAUSE_US); /* the sender runs out of credits meanwhile */
+        pair_recv(p, MSG_DONE, step + 1, &msg);
+        ev_sleep_until(p, fd, &ev_am_count, (int)msg.arg, &st, "flood AMs");
+    }
+    CHECK(!ev_am_bad, "an AM arrived with a wrong header or sequence");
+    step += 2;
     /* The point of it all: we really slept and were really woken. */
     CHECK(st.wakeups > 0, "never woken by the event fd (%u arms, %u busy)",
           st.arms, st.busy);
