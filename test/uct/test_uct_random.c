@@ -35,12 +35,13 @@
  * value; AMs arrive exactly once, in order, with their data, and a kept
  * descriptor stays intact until released; pending callbacks run in the
  * order of pending_add; a purge returns exactly the requests still queued;
- * no error handler call.
+ * no error handler call. In "events" trials (three in ten;
+ * UCT_RANDOM_EVENTS=PCT) waits sleep on the interfaces' event fds once
+ * they are armed, and no wakeup may be lost.
  *
  * UCT_RANDOM_SEED=S runs the trials S, S + 1, ...; UCT_RANDOM_TRIALS=N how
- * many (default 200, about 3 s; 30 under valgrind); UCT_RANDOM_VERBOSE=1
- * prints every trial's
- * configuration (a failure prints its own).
+ * many (default 200, about 6 s; 30 under valgrind); UCT_RANDOM_VERBOSE=1
+ * prints every trial's configuration (a failure prints its own).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -53,6 +54,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -298,6 +300,7 @@ struct side {
     uintptr_t rdelta;
     void *peer_ep_addr; /* endpoint to endpoint: the peer's endpoint */
     int mapped;         /* buf is split_map (not allocated) */
+    int event_fd;
     uct_iface_h iface;
     uct_iface_attr_t attr;
     void *dev_addr, *iface_addr;
@@ -330,6 +333,7 @@ typedef struct config {
     int async_thread;  /* the worker's async context in thread mode */
     int split;         /* the other interface in a peer process */
     int kill;          /* split: the peer is killed (SIGKILL) mid-trial */
+    int events;        /* waits sleep on the interfaces' event fds */
     unsigned kill_at;  /* after this many operations */
 } config_t;
 
@@ -355,9 +359,11 @@ static int verbose;
 static unsigned long total_ops, total_pending, total_kept, total_comp;
 static unsigned long total_reconnects, total_split, total_kill_failed;
 static unsigned long total_peer_am, total_peer_sent;
+static unsigned long total_sleeps, total_sleep_timeouts, total_lost_wakeups;
+static unsigned long total_pending_cb;
 static shared_t local_shared;
 static shared_t *shared   = &local_shared;
-static unsigned split_pct = 25;
+static unsigned split_pct = 25, events_pct = 30;
 static char self_exe[PATH_MAX];
 /* Split trials: the peer process, its control socket, the memory shared
  * with it (the peer side's buffer, then shared_t) and where it is here. */
@@ -435,6 +441,62 @@ static void peer_check(void)
         CHECK(0, "the peer process ended (%s %d)",
               WIFEXITED(st) ? "exit status" : "signal",
               WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+}
+
+/* A wait's progress. In event trials, as UCP's ucp_worker_wait: after a few
+ * idle calls, arm every interface here and sleep on their event fds. An
+ * armed interface must wake the sleeper for every completion and arrival:
+ * a sleep that times out, after which the next progress call delivers a
+ * completion or an AM, is a lost wakeup. */
+static void wait_progress(void)
+{
+    static unsigned idle;
+    struct pollfd fds[2];
+    unsigned i, nfds = 0, am_calls;
+    unsigned long comps, pends;
+    ucs_status_t st;
+    int rc;
+
+    if ((uct_worker_progress(worker) != 0) || !cfg.events || (++idle < 4)) {
+        return;
+    }
+    idle = 0;
+    for (i = 0; i < 2; ++i) {
+        if (sides[i].remote || (sides[i].iface == NULL)) {
+            continue;
+        }
+        st = uct_iface_event_arm(sides[i].iface,
+                                 UCT_EVENT_SEND_COMP | UCT_EVENT_RECV);
+        if (st == UCS_ERR_BUSY) {
+            return;
+        }
+        CHECK_OK(st);
+        fds[nfds].fd       = sides[i].event_fd;
+        fds[nfds++].events = POLLIN;
+    }
+    rc = poll(fds, nfds, 200);
+    CHECK(rc >= 0, "poll: %s", strerror(errno));
+    ++total_sleeps;
+    if (rc > 0) {
+        return;
+    }
+    ++total_sleep_timeouts;
+    comps    = total_comp;
+    pends    = total_pending_cb;
+    am_calls = sides[0].am_calls + (sides[1].remote ? 0 : sides[1].am_calls);
+    uct_worker_progress(worker);
+    if ((comps != total_comp) || (pends != total_pending_cb) ||
+        (am_calls !=
+         sides[0].am_calls + (sides[1].remote ? 0 : sides[1].am_calls))) {
+        ++total_lost_wakeups;
+        CHECK(0,
+              "lost wakeup: a sleep of 200 ms on armed interfaces ended"
+              " without an event, then progress delivered %lu completions,"
+              " %lu pending requests and %u AMs",
+              total_comp - comps, total_pending_cb - pends,
+              sides[0].am_calls + (sides[1].remote ? 0 : sides[1].am_calls) -
+                  am_calls);
     }
 }
 
@@ -533,7 +595,7 @@ static void keepalive(double *next)
                 dump_state();                 \
                 CHECK(0, __VA_ARGS__);        \
             }                                 \
-            uct_worker_progress(worker);      \
+            wait_progress();                  \
             keepalive(&_keepalive);           \
             peer_check();                     \
         }                                     \
@@ -1018,6 +1080,7 @@ static ucs_status_t pending_cb(uct_pending_req_t *self)
     tep_t *e = op->ep;
     ucs_status_t st;
 
+    ++total_pending_cb;
     CHECK(op->state == OP_QUEUED,
           "pending callback of an operation in "
           "state %d",
@@ -1089,7 +1152,7 @@ static op_t *op_alloc(tep_t *e, kind_t kind)
             dump_state();
             CHECK(0, "no operation record freed in %.0f s", WAIT_SEC);
         }
-        uct_worker_progress(worker);
+        wait_progress();
         keepalive(&next);
         if ((++n % 16) == 0) {
             for (i = 0; i < nep; ++i) {
@@ -1566,6 +1629,10 @@ static ucs_status_t side_open(side_t *s, unsigned index, uint8_t *buf)
     CHECK_OK(uct_iface_get_address(s->iface, s->iface_addr));
     CHECK_OK(uct_iface_set_am_handler(s->iface, AM_ID, am_cb, s, 0));
     uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    s->event_fd = -1;
+    if (s->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_FD) {
+        CHECK_OK(uct_iface_event_fd_get(s->iface, &s->event_fd));
+    }
     if (buf != NULL) {
         s->buf    = buf; /* its contents are the other process's to set */
         s->mapped = 1;
@@ -1776,7 +1843,8 @@ static void pick_config(void)
     /* A killed peer: what a failed endpoint may do is allowed (chaos), but
      * no transport errors are injected, so only the endpoints to it may
      * fail. */
-    cfg.kill = cfg.split && rng_pct(30);
+    cfg.events = rng_below(100) < events_pct;
+    cfg.kill   = cfg.split && rng_pct(30);
     if (cfg.kill) {
         cfg.chaos   = 1;
         cfg.kill_at = rng_below(cfg.ops);
@@ -1789,7 +1857,7 @@ static void describe(void)
     snprintf(trial_desc, sizeof(trial_desc),
              "qps %u %s frag %u stripe %u outstanding %u txq %u rxq %u fc %u"
              " seg %u inline %u cq %u headroom %zu %s eps %u ops %u end %s"
-             " faults %s%s keep %u%%%s%s%s",
+             " faults %s%s keep %u%%%s%s%s%s",
              cfg.num_qps, cfg.lb, cfg.frag, cfg.stripe, cfg.max_outstanding,
              cfg.tx_queue_len, cfg.rx_queue_len, cfg.fc_wnd, cfg.seg_size,
              cfg.max_inline, cfg.cq_len, cfg.headroom,
@@ -1797,7 +1865,7 @@ static void describe(void)
              end_name[cfg.end], cfg.faults ? cfg.faults : "none",
              cfg.chaos ? " chaos" : "", cfg.keep_pct,
              cfg.async_thread ? " async thread" : "", cfg.split ? " split" : "",
-             cfg.kill ? " kill" : "");
+             cfg.kill ? " kill" : "", cfg.events ? " events" : "");
 }
 
 static void md_open(void)
@@ -2635,6 +2703,7 @@ int main(int argc, char **argv)
     const char *s   = getenv("UCT_RANDOM_SEED");
     const char *n   = getenv("UCT_RANDOM_TRIALS");
     const char *sp  = getenv("UCT_RANDOM_SPLIT");
+    const char *ev  = getenv("UCT_RANDOM_EVENTS");
     uint64_t first  = (s != NULL) ? strtoull(s, NULL, 0) : 1;
     unsigned trials = (n != NULL) ? (unsigned)strtoul(n, NULL, 0)
                       : (getenv("VQP_TEST_VALGRIND") != NULL) ? 30
@@ -2645,6 +2714,9 @@ int main(int argc, char **argv)
     verbose = (getenv("UCT_RANDOM_VERBOSE") != NULL);
     if (sp != NULL) {
         split_pct = (unsigned)strtoul(sp, NULL, 0);
+    }
+    if (ev != NULL) {
+        events_pct = (unsigned)strtoul(ev, NULL, 0);
     }
     if ((argc == 4) && !strcmp(argv[1], "--peer")) {
         return peer_main(atoi(argv[2]), atoi(argv[3]));
@@ -2663,9 +2735,11 @@ int main(int argc, char **argv)
     printf("# %lu operations, %lu queued as pending, %lu completions,"
            " %lu AM descriptors kept here, %lu reconnects, %lu split trials"
            " (%lu AMs received by peers, %lu sent by them, %lu endpoints"
-           " failed by a killed peer at a drain)\n",
+           " failed by a killed peer at a drain), %lu sleeps on event fds"
+           " (%lu timed out, %lu lost wakeups)\n",
            total_ops, total_pending, total_comp, total_kept, total_reconnects,
-           total_split, total_peer_am, total_peer_sent, total_kill_failed);
+           total_split, total_peer_am, total_peer_sent, total_kill_failed,
+           total_sleeps, total_sleep_timeouts, total_lost_wakeups);
     uct_release_component_list(components);
     printf("%u passed, 0 failed\n", trials);
     return 0;
