@@ -171,6 +171,10 @@ static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.max_reg          = ULONG_MAX;
+    /* No allocation (no UCT_MD_FLAG_ALLOC), but no limit either, as UCX's
+     * IB MD says: UCX's p2p tests size their host buffers by it, and skip
+     * every transfer test of a transport whose MD says 0. */
+    attr->cap.max_alloc        = ULONG_MAX;
     attr->rkey_packed_size     = sizeof(uct_rc_vqp_rkey_buf_t);
     attr->reg_cost             = md->reg_cost;
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
