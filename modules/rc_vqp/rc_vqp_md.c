@@ -174,9 +174,9 @@ static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     /* No allocation (no UCT_MD_FLAG_ALLOC), but no limit either, as UCX's
      * IB MD says: UCX's p2p tests size their host buffers by it, and skip
      * every transfer test of a transport whose MD says 0. */
-    attr->cap.max_alloc        = ULONG_MAX;
-    attr->rkey_packed_size     = sizeof(uct_rc_vqp_rkey_buf_t);
-    attr->reg_cost             = md->reg_cost;
+    attr->cap.max_alloc    = ULONG_MAX;
+    attr->rkey_packed_size = sizeof(uct_rc_vqp_rkey_buf_t);
+    attr->reg_cost         = md->reg_cost;
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
     return UCS_OK;
 }
