@@ -88,19 +88,18 @@
 
 static char trial_desc[512];
 static uint64_t trial_seed;
-static const char *role = ""; /* "peer: " in the peer process */
-static int is_peer;
+static int is_peer; /* the peer process of a split trial */
 
-#define CHECK(_cond, ...)                                                 \
-    do {                                                                  \
-        if (!(_cond)) {                                                   \
-            fprintf(stderr,                                               \
-                    "%s%s:%d: trial %" PRIu64 " (%s): CHECK(%s): ", role, \
-                    __FILE__, __LINE__, trial_seed, trial_desc, #_cond);  \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-            exit(1);                                                      \
-        }                                                                 \
+#define CHECK(_cond, ...)                                                    \
+    do {                                                                     \
+        if (!(_cond)) {                                                      \
+            fprintf(stderr, "%s%s:%d: trial %" PRIu64 " (%s): CHECK(%s): ",  \
+                    is_peer ? "peer: " : "", __FILE__, __LINE__, trial_seed, \
+                    trial_desc, #_cond);                                     \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+            exit(1);                                                         \
+        }                                                                    \
     } while (0)
 
 #define CHECK_OK(_expr)                                                 \
@@ -1920,7 +1919,6 @@ static void iface_fence(side_t *s)
  * the memory shared with it: the peer side's buffer, then shared_t. */
 static void split_start(void)
 {
-    char sock_arg[16], fd_arg[16];
     int sv[2], fd;
 
     fd = memfd_create("uct_random", 0);
@@ -1934,8 +1932,6 @@ static void split_start(void)
           strerror(errno));
     /* The peer gets them as descriptors 3 and 4, and nothing else of this
      * process (a device's descriptors would outlive it there). */
-    snprintf(sock_arg, sizeof(sock_arg), "%d", 3);
-    snprintf(fd_arg, sizeof(fd_arg), "%d", 4);
     fflush(stdout);
     fflush(stderr);
     peer_pid = fork();
@@ -1947,7 +1943,7 @@ static void split_start(void)
             (close_range(5, ~0u, 0) != 0)) {
             _exit(126);
         }
-        execl(self_exe, self_exe, "--peer", sock_arg, fd_arg, (char *)NULL);
+        execl(self_exe, self_exe, "--peer", "3", "4", (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
@@ -2142,7 +2138,6 @@ static int peer_main(int sock, int memfd)
     msg_t m;
 
     is_peer   = 1;
-    role      = "peer: ";
     peer_sock = sock;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     msg_recv(MSG_HELLO, &m);
