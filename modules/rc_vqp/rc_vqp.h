@@ -41,6 +41,8 @@ typedef struct uct_rc_vqp_memh {
     vqp_dev_mr_t *mr;
     uint32_t lkey;
     uint32_t rkey;
+    uintptr_t address; /* the registered range, which am_zcopy checks */
+    size_t length;
 } uct_rc_vqp_memh_t;
 
 typedef struct uct_rc_vqp_rkey_buf {

@@ -302,12 +302,15 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_post(uct_rc_vqp_ep_t *ep,
 
     if (ucs_unlikely(ep->flags &
                      (UCT_RC_VQP_EP_FENCE | UCT_RC_VQP_EP_NOT_READY |
-                      UCT_RC_VQP_EP_PENDING))) {
+                      UCT_RC_VQP_EP_PENDING | UCT_RC_VQP_EP_FAILED))) {
+        if (ep->flags & UCT_RC_VQP_EP_FAILED) {
+            /* Reported failed (or canceled): nothing more goes out, also
+             * when QPs of the virtual QP survived the error. */
+            return UCS_ERR_ENDPOINT_TIMEOUT;
+        }
         if (ep->flags & UCT_RC_VQP_EP_NOT_READY) {
-            /* Still connecting: wait in the pending queue; a connection
-             * that failed was reported already. */
-            return (ep->flags & UCT_RC_VQP_EP_FAILED) ? UCS_ERR_ENDPOINT_TIMEOUT
-                                                      : UCS_ERR_NO_RESOURCE;
+            /* Still connecting: wait in the pending queue. */
+            return UCS_ERR_NO_RESOURCE;
         }
         if (uct_rc_vqp_ep_behind_pending(ep)) {
             return UCS_ERR_NO_RESOURCE;
@@ -576,6 +579,36 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     return length;
 }
 
+/* am_zcopy copies the user's buffers (below): one that its memory handle
+ * does not cover is refused here, as the NIC's lkey check refuses it for
+ * the other zcopy operations, instead of the copy faulting on it. */
+static ucs_status_t uct_rc_vqp_iov_check_range(const uct_iov_t *iov,
+                                               size_t iovcnt)
+{
+    const uct_rc_vqp_memh_t *memh;
+    uintptr_t start;
+    size_t i, extent;
+
+    for (i = 0; i < iovcnt; ++i) {
+        memh = iov[i].memh;
+        if ((memh == UCT_MEM_HANDLE_NULL) || (iov[i].count == 0) ||
+            (iov[i].length == 0)) {
+            continue;
+        }
+        start  = (uintptr_t)iov[i].buffer;
+        extent = (iov[i].count - 1) * iov[i].stride + iov[i].length;
+        if ((start < memh->address) || (start - memh->address > memh->length) ||
+            (extent > memh->length - (start - memh->address))) {
+            ucs_error("rc_vqp: am_zcopy iov %zu: %p+%zu is outside its memory"
+                      " handle's registration 0x%lx+%zu (lkey 0x%x)",
+                      i, iov[i].buffer, extent, memh->address, memh->length,
+                      memh->lkey);
+            return UCS_ERR_INVALID_PARAM;
+        }
+    }
+    return UCS_OK;
+}
+
 ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
                                     const void *header, unsigned header_length,
                                     const uct_iov_t *iov, size_t iovcnt,
@@ -598,7 +631,8 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
                                  UCT_RC_VQP_AM_MAX_HDR(iface->seg_size)) !=
          UCS_OK) ||
         (uct_rc_vqp_check_length("am_zcopy", length, iface->seg_size) !=
-         UCS_OK)) {
+         UCS_OK) ||
+        (uct_rc_vqp_iov_check_range(iov, iovcnt) != UCS_OK)) {
         return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_unlikely(ep->fc_credits <= 0)) {

@@ -330,11 +330,15 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
                       UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_EP |
                       UCT_IFACE_FLAG_CONNECT_TO_IFACE |
                       UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                      UCT_IFACE_FLAG_ERRHANDLE_ZCOPY_BUF |
+                      UCT_IFACE_FLAG_ERRHANDLE_REMOTE_MEM |
                       UCT_IFACE_FLAG_EP_CHECK;
     if (dev_attr.comp_events) {
-        attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
-                                UCT_IFACE_FLAG_EVENT_RECV |
-                                UCT_IFACE_FLAG_EVENT_FD;
+        /* One arm serves every kind: a signaled receive wakes a sleeper
+         * armed for RECV_SIG, and so does any other CQE (allowed). */
+        attr->cap.event_flags =
+            UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV |
+            UCT_IFACE_FLAG_EVENT_RECV_SIG | UCT_IFACE_FLAG_EVENT_FD;
     }
     /* 64-bit add and cswap are basic atomics; the rest needs the extended
      * (masked) ones, as rc_mlx5 offers them. */

@@ -188,6 +188,8 @@ static ucs_status_t uct_rc_vqp_memh_reg(uct_rc_vqp_md_t *md, void *address,
                                         size_t length, int hide_errors,
                                         uct_rc_vqp_memh_t *memh)
 {
+    memh->address = (uintptr_t)address;
+    memh->length  = length;
     return vqp_dev_mr_reg(md->dev, address, length,
                           UCT_RC_VQP_MR_ACCESS |
                               (hide_errors ? VQP_DEV_MR_HIDE_ERRORS : 0),

@@ -1135,7 +1135,8 @@ static UCS_F_ALWAYS_INLINE int vqp_status_is_transport(ucs_status_t status)
 
 static UCS_F_ALWAYS_INLINE void vqp_mark_dirty(vqp_t *vqp);
 
-static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
+/* @a why: what the device said (an error CQE's syndrome), or NULL. */
+static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status, const char *why)
 {
     vqp_t *vqp = pqp->vqp;
     vqp_frag_t *f;
@@ -1158,8 +1159,10 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
         --vqp->alive;
     }
     ucs_log(vqp->canceling ? UCS_LOG_LEVEL_DEBUG : vqp->fail_log_level,
-            "vqp %p: QP 0x%x failed (%s): excluded, %u of %u data QPs left",
-            vqp, pqp->qpn, ucs_status_string(status), vqp->alive, vqp->num_qps);
+            "vqp %p: QP 0x%x failed (%s%s%s): excluded, %u of %u data QPs"
+            " left",
+            vqp, pqp->qpn, ucs_status_string(status), (why != NULL) ? ": " : "",
+            (why != NULL) ? why : "", vqp->alive, vqp->num_qps);
     /* Make sure every WQE still queued comes back (flushed). */
     vqp_dev_qp_set_error(pqp->dev_qp);
     if (pqp == vqp->send_qp) {
@@ -1188,7 +1191,7 @@ static void vqp_pqp_fail(vqp_pqp_t *pqp, ucs_status_t status)
          * even a FLUSH, so an unsignaled last WQE there would never
          * complete; flushed, every operation in flight ends, once. */
         for (i = 0; i < vqp->num_pqps; ++i) {
-            vqp_pqp_fail(&vqp->qps[i], status);
+            vqp_pqp_fail(&vqp->qps[i], status, NULL);
         }
     }
 }
@@ -1271,16 +1274,17 @@ static void vqp_frag_done(vqp_t *vqp, vqp_pqp_t *pqp, vqp_frag_t *f,
     --op->remaining;
 }
 
-/* A requester CQE (success or error) for the WQE at @a wqe_counter: it and
+/* A requester CQE (success or error) @a cqe for the WQE it names: it and
  * every earlier WQE of the QP are done; earlier ones succeeded. */
-static void vqp_tx_cqe(vqp_pqp_t *pqp, uint16_t wqe_counter,
+static void vqp_tx_cqe(vqp_pqp_t *pqp, const struct mlx5_cqe64 *cqe,
                        ucs_status_t status)
 {
-    vqp_t *vqp = pqp->vqp;
+    uint16_t wqe_counter = vqp_mlx5_cqe_wqe_counter(cqe);
+    vqp_t *vqp           = pqp->vqp;
     vqp_frag_t *f;
 
     if (ucs_unlikely(status != UCS_OK)) {
-        vqp_pqp_fail(pqp, status);
+        vqp_pqp_fail(pqp, status, vqp_mlx5_cqe_error_str(cqe));
     }
     vqp_mlx5_txwq_complete(&pqp->tx, wqe_counter);
     while (pqp->frag_head != pqp->frag_tail) {
@@ -1364,7 +1368,7 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_handle_cqe(vqp_pqp_t *pqp,
         opcode = vqp_mlx5_cqe_opcode(cqe);
         status = vqp_mlx5_cqe_status(cqe);
         if ((opcode == MLX5_CQE_REQ) || (opcode == MLX5_CQE_REQ_ERR)) {
-            vqp_tx_cqe(pqp, vqp_mlx5_cqe_wqe_counter(cqe), status);
+            vqp_tx_cqe(pqp, cqe, status);
         } else {
             vqp_recv_cqe(pqp, cqe, status);
         }
@@ -2000,7 +2004,7 @@ void vqp_cancel(vqp_t *vqp)
 
     vqp->canceling = 1;
     for (i = 0; i < vqp->num_pqps; ++i) {
-        vqp_pqp_fail(&vqp->qps[i], UCS_ERR_CANCELED);
+        vqp_pqp_fail(&vqp->qps[i], UCS_ERR_CANCELED, NULL);
     }
     /* Operations not posted yet fail at the next advance; no CQE of this
      * virtual QP may come to cause one (its QPs may have been flushed

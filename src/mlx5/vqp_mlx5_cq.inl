@@ -163,6 +163,17 @@ static inline const char *vqp_mlx5_syndrome_str(uint8_t syndrome)
     }
 }
 
+/* For logs: what an error CQE says went wrong; NULL for any other CQE. */
+static inline const char *vqp_mlx5_cqe_error_str(const struct mlx5_cqe64 *cqe)
+{
+    uint8_t opcode = vqp_mlx5_cqe_opcode(cqe);
+
+    if ((opcode != MLX5_CQE_REQ_ERR) && (opcode != MLX5_CQE_RESP_ERR)) {
+        return NULL;
+    }
+    return vqp_mlx5_syndrome_str(vqp_mlx5_cqe_syndrome(cqe));
+}
+
 /* Status a syndrome maps to, as UCX's rc_mlx5 maps it: a flush is the
  * consequence of an earlier error, the remote refusing is a reset, retries
  * running out is a timeout. */

@@ -1165,6 +1165,261 @@ static void passive_failure_drop(void)
            " (DROP)\n");
 }
 
+/* ------------------------------------------------ access errors (NIC side) */
+
+typedef enum {
+    ACC_PUT_LOCAL,
+    ACC_PUT_REMOTE,
+    ACC_GET_LOCAL,
+    ACC_GET_REMOTE,
+    ACC_PUT_STRIPED_REMOTE,
+    ACC_PUT_STRIPED_TAIL,
+    ACC_GET_STRIPED_LOCAL,
+    ACC_AM_ZCOPY_LOCAL,
+    ACC_ATOMIC_REMOTE,
+    ACC_LAST
+} access_case_t;
+
+static const char *const access_names[] = {
+    [ACC_PUT_LOCAL]          = "put_zcopy from outside the local registration",
+    [ACC_PUT_REMOTE]         = "put_zcopy to outside the remote registration",
+    [ACC_GET_LOCAL]          = "get_zcopy into outside the local registration",
+    [ACC_GET_REMOTE]         = "get_zcopy from outside the remote registration",
+    [ACC_PUT_STRIPED_REMOTE] = "striped put_zcopy running past the remote "
+                               "registration",
+    [ACC_PUT_STRIPED_TAIL]   = "striped put_zcopy whose last fragment is "
+                               "past the remote registration",
+    [ACC_GET_STRIPED_LOCAL]  = "striped get_zcopy running past the local "
+                               "registration",
+    [ACC_AM_ZCOPY_LOCAL]     = "am_zcopy from outside the local registration"
+                               " (refused at the call)",
+    [ACC_ATOMIC_REMOTE]      = "fetching atomic add outside the remote "
+                               "registration",
+};
+
+static struct {
+    int calls;
+    uct_ep_h ep;
+    ucs_status_t status;
+    int logged;      /* error lines */
+    char text[2048]; /* their text, '|' after each */
+} acc;
+
+static ucs_status_t access_err_cb(void *arg, uct_ep_h ep, ucs_status_t status)
+{
+    ++acc.calls;
+    acc.ep     = ep;
+    acc.status = status;
+    return UCS_OK;
+}
+
+static ucs_log_func_rc_t access_log(const char *file, unsigned line,
+                                    const char *function, ucs_log_level_t level,
+                                    const ucs_log_component_config_t *comp,
+                                    const char *message, va_list ap)
+{
+    if (level > UCS_LOG_LEVEL_WARN) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    size_t len = strlen(acc.text);
+
+    ++acc.logged;
+    if (len + 2 < sizeof(acc.text)) {
+        vsnprintf(acc.text + len, sizeof(acc.text) - len - 1, message, ap);
+        strcat(acc.text, "|");
+    }
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* Operations a NIC refuses while executing them (UCT_IFACE_FLAG_ERRHANDLE_
+ * ZCOPY_BUF and _REMOTE_MEM): a local buffer outside the memory handle's
+ * registration, a remote address outside the rkey's, also for a striped
+ * operation of which only some fragments are out of range. Each completes
+ * once, with an error; the endpoint's error handler runs once, with the
+ * endpoint; an error line says what the device refused; the endpoint
+ * refuses what is posted after; nothing was written outside the ranges;
+ * the interfaces go on working. */
+static void access_errors(char *lbuf, uct_mem_h lmemh, char *rbuf,
+                          uct_rkey_t rkey)
+{
+    /* FAILURE: the level of the failure's log line (diag by default) */
+    static const char *const cfg[] = {
+        "FRAG_SIZE", "64k", "STRIPE_THRESH", "64k", "FAILURE", "error", NULL};
+    const size_t half = BUF_SIZE / 2, page = 4096;
+    uct_iov_t iov = {.memh = lmemh, .count = 1};
+    uint64_t hdr = 0x5a5a5a5a5a5a5a5aull, result = 0;
+    uintptr_t raddr;
+    test_comp_t comp;
+    access_case_t c;
+    ucs_status_t st;
+    double deadline;
+    char *hole;
+    uct_ep_h ep;
+    side_t s, d;
+    int i;
+
+    /* An address range with nothing mapped (nor registered) there. */
+    hole = mmap(NULL, 16 * page, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(hole != MAP_FAILED, "mmap: %m");
+    CHECK(munmap(hole, 16 * page) == 0, "munmap: %m");
+
+    side_cfg = cfg;
+    open_side(&d);
+    side_err_handler = access_err_cb;
+    open_side(&s);
+    side_err_handler = NULL;
+    side_cfg         = NULL;
+    for (c = 0; c < ACC_LAST; ++c) {
+        ep = ep_to_iface(&s, &d);
+        exchange(ep, &d, lbuf, lmemh, rbuf, rkey, "endpoint before an error");
+        memset(acc.text, 0, sizeof(acc.text));
+        acc.calls = acc.logged = 0;
+        acc.ep                 = NULL;
+        for (i = 0; i < (int)page; ++i) {
+            lbuf[i] = (char)(i * 3 + c);
+        }
+        memset(rbuf, 0x77, BUF_SIZE);
+        iov.buffer     = lbuf;
+        iov.length     = 16;
+        raddr          = (uintptr_t)rbuf;
+        comp.uc.func   = comp_cb;
+        comp.uc.count  = 1;
+        comp.uc.status = UCS_OK;
+        comp.done      = 0;
+        ucs_log_push_handler(access_log);
+        switch (c) {
+        case ACC_PUT_LOCAL:
+        case ACC_GET_LOCAL:
+        case ACC_AM_ZCOPY_LOCAL:
+            iov.buffer = hole;
+            break;
+        case ACC_PUT_REMOTE:
+        case ACC_GET_REMOTE:
+        case ACC_ATOMIC_REMOTE:
+            raddr = (uintptr_t)hole;
+            break;
+        case ACC_PUT_STRIPED_REMOTE:
+            /* 16 fragments of 64 KiB, the second half past the region */
+            iov.length = BUF_SIZE;
+            raddr      = (uintptr_t)rbuf + half;
+            break;
+        case ACC_PUT_STRIPED_TAIL:
+            iov.length = BUF_SIZE;
+            raddr      = (uintptr_t)rbuf + 64 * 1024;
+            break;
+        case ACC_GET_STRIPED_LOCAL:
+            iov.buffer = lbuf + half;
+            iov.length = BUF_SIZE;
+            break;
+        default:
+            CHECK(0, "case %d", c);
+        }
+        switch (c) {
+        case ACC_PUT_LOCAL:
+        case ACC_PUT_REMOTE:
+        case ACC_PUT_STRIPED_REMOTE:
+        case ACC_PUT_STRIPED_TAIL:
+            st = uct_ep_put_zcopy(ep, &iov, 1, raddr, rkey, &comp.uc);
+            break;
+        case ACC_GET_LOCAL:
+        case ACC_GET_REMOTE:
+        case ACC_GET_STRIPED_LOCAL:
+            st = uct_ep_get_zcopy(ep, &iov, 1, raddr, rkey, &comp.uc);
+            break;
+        case ACC_AM_ZCOPY_LOCAL:
+            st = uct_ep_am_zcopy(ep, AM_ID, &hdr, sizeof(hdr), &iov, 1, 0,
+                                 &comp.uc);
+            break;
+        default:
+            st = uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 1, &result, raddr,
+                                       rkey, &comp.uc);
+            break;
+        }
+        if (c == ACC_AM_ZCOPY_LOCAL) {
+            /* rc_vqp copies AM data: it checks the range instead of the
+             * NIC, and refuses at once; the endpoint is unharmed. */
+            ucs_log_pop_handler();
+            CHECK((st == UCS_ERR_INVALID_PARAM) && (acc.logged == 1) &&
+                      (strstr(acc.text, "outside its memory handle") != NULL),
+                  "%s: returned %s, %d error lines: '%s'", access_names[c],
+                  ucs_status_string(st), acc.logged, acc.text);
+            exchange(ep, &d, lbuf, lmemh, rbuf, rkey,
+                     "endpoint after a refused am_zcopy");
+            CHECK((acc.calls == 0) && (comp.done == 0),
+                  "%s: error handler ran %d times, %d completions",
+                  access_names[c], acc.calls, comp.done);
+            uct_ep_destroy(ep);
+            continue;
+        }
+        CHECK(st == UCS_INPROGRESS, "%s: posted with %s", access_names[c],
+              ucs_status_string(st));
+        deadline = now() + 20;
+        while ((comp.done == 0) || (acc.calls == 0)) {
+            CHECK(now() < deadline,
+                  "%s: in 20 s, %d completions, %d error handler calls",
+                  access_names[c], comp.done, acc.calls);
+            uct_worker_progress(worker);
+        }
+        for (i = 0; i < 2000; ++i) { /* nothing more comes */
+            uct_worker_progress(worker);
+        }
+        CHECK(comp.done == 1, "%s: completed %d times", access_names[c],
+              comp.done);
+        CHECK(UCS_STATUS_IS_ERR(comp.uc.status), "%s: completed with %s",
+              access_names[c], ucs_status_string(comp.uc.status));
+        CHECK((acc.calls == 1) && (acc.ep == ep) &&
+                  UCS_STATUS_IS_ERR(acc.status),
+              "%s: error handler ran %d times, endpoint %p (want %p), %s",
+              access_names[c], acc.calls, (void *)acc.ep, (void *)ep,
+              ucs_status_string(acc.status));
+        CHECK(strstr(acc.text, (c == ACC_PUT_REMOTE) || (c == ACC_GET_REMOTE) ||
+                                       (c == ACC_PUT_STRIPED_REMOTE) ||
+                                       (c == ACC_PUT_STRIPED_TAIL) ||
+                                       (c == ACC_ATOMIC_REMOTE)
+                                   ? "remote access"
+                                   : "local protection") != NULL,
+              "%s: %d error lines: '%s'", access_names[c], acc.logged,
+              acc.text);
+        /* A failed endpoint refuses operations; nothing reaches the peer. */
+        st = uct_ep_put_short(ep, lbuf, 8, (uintptr_t)rbuf, rkey);
+        CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+              "%s: put_short after the failure: %s", access_names[c],
+              ucs_status_string(st));
+        for (i = 0; i < 1000; ++i) {
+            uct_worker_progress(worker);
+        }
+        ucs_log_pop_handler();
+        CHECK(acc.calls == 1, "%s: error handler ran %d times", access_names[c],
+              acc.calls);
+        if ((c == ACC_PUT_LOCAL) || (c == ACC_GET_REMOTE) ||
+            (c == ACC_ATOMIC_REMOTE)) {
+            for (i = 0; i < (int)BUF_SIZE; ++i) {
+                CHECK(rbuf[i] == 0x77, "%s: remote byte %d written",
+                      access_names[c], i);
+            }
+        } else if (c == ACC_PUT_STRIPED_REMOTE) {
+            for (i = 0; i < (int)half; ++i) {
+                CHECK(rbuf[i] == 0x77, "%s: remote byte %d written",
+                      access_names[c], i);
+            }
+        }
+        uct_ep_destroy(ep);
+        printf("ok - %s: completes once with an error, reported once (%s)\n",
+               access_names[c], ucs_status_string(acc.status));
+    }
+    /* Both interfaces go on, also the other way. */
+    ep = ep_to_iface(&s, &d);
+    exchange(ep, &d, lbuf, lmemh, rbuf, rkey, "endpoint after access errors");
+    uct_ep_destroy(ep);
+    ep = ep_to_iface(&d, &s);
+    exchange(ep, &s, lbuf, lmemh, rbuf, rkey,
+             "the target's endpoint after access errors");
+    uct_ep_destroy(ep);
+    close_side(&s);
+    close_side(&d);
+}
+
 int main(int argc, char **argv)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
@@ -1266,6 +1521,7 @@ int main(int argc, char **argv)
     full_ring_unsignaled(lbuf, rbuf, rkey.rkey);
     cancel_while_connecting();
     passive_failure_drop();
+    access_errors(lbuf, lmemh, rbuf, rkey.rkey);
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1282,6 +1538,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("18 passed, 0 failed\n");
+    printf("19 passed, 0 failed\n");
     return 0;
 }

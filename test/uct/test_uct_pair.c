@@ -2287,8 +2287,9 @@ static ucs_status_t ev_am_handler(void *arg, void *data, size_t length,
 }
 
 /* Progress until idle, then arm and sleep, until *flag >= value. */
-static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
-                           ev_stats_t *st, const char *what)
+static void ev_sleep_until_ev(pair_t *p, int fd, unsigned events,
+                              const int *flag, int value, ev_stats_t *st,
+                              const char *what)
 {
     double deadline   = pair_now() + PAIR_WAIT_SEC;
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -2304,8 +2305,7 @@ static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
         CHECK(pair_now() < deadline, "%s: not done after %.0f s (%d of %d)",
               what, PAIR_WAIT_SEC, *flag, value);
         ++st->arms;
-        status =
-            uct_iface_event_arm(p->iface, UCT_EVENT_SEND_COMP | UCT_EVENT_RECV);
+        status = uct_iface_event_arm(p->iface, events);
         if (status == UCS_ERR_BUSY) {
             ++st->busy;
             continue;
@@ -2328,6 +2328,13 @@ static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
         CHECK(pfd.revents & POLLIN, "poll revents 0x%x", pfd.revents);
         ++st->wakeups;
     }
+}
+
+static void ev_sleep_until(pair_t *p, int fd, const int *flag, int value,
+                           ev_stats_t *st, const char *what)
+{
+    ev_sleep_until_ev(p, fd, UCT_EVENT_SEND_COMP | UCT_EVENT_RECV, flag, value,
+                      st, what);
 }
 
 /* A request in the pending queue: the next AM of the sequence. */
@@ -2381,6 +2388,31 @@ static void ev_am_send(pair_t *p, uint64_t seq)
     CHECK_STATUS(status, UCS_OK);
 }
 
+static size_t ev_pack_cb(void *dest, void *arg)
+{
+    uint64_t words[2] = {EV_AM_MAGIC, *(const uint64_t *)arg};
+
+    memcpy(dest, words, sizeof(words));
+    return sizeof(words);
+}
+
+/* The same AM as ev_am_send's, by am_bcopy with UCT_SEND_FLAG_SIGNALED: what
+ * a receiver armed for UCT_EVENT_RECV_SIG only is woken by. */
+static void ev_am_send_signaled(pair_t *p, uint64_t seq)
+{
+    double deadline = pair_now() + PAIR_WAIT_SEC;
+    ssize_t len;
+
+    while ((len = uct_ep_am_bcopy(p->ep, AM_ID_DATA, ev_pack_cb, &seq,
+                                  UCT_SEND_FLAG_SIGNALED)) ==
+           UCS_ERR_NO_RESOURCE) {
+        CHECK(pair_now() < deadline, "am_bcopy: no resources for %.0f s",
+              PAIR_WAIT_SEC);
+        uct_worker_progress(p->worker);
+    }
+    CHECK(len == 2 * sizeof(uint64_t), "am_bcopy: %zd", len);
+}
+
 static void run_events(pair_t *p, const scenario_t *sc)
 {
     size_t len    = 1 * MiB + 4096; /* striped over the QPs */
@@ -2409,14 +2441,21 @@ static void run_events(pair_t *p, const scenario_t *sc)
     pair_send(p, MSG_READY, 0, 0);
     pair_recv(p, MSG_READY, 0, &msg);
 
-    /* AM ping-pong: each side sleeps until the other's message arrives. */
+    /* AM ping-pong: each side sleeps until the other's message arrives;
+     * every other round armed for signaled receives only
+     * (UCT_EVENT_RECV_SIG), with signaled AMs. */
+    CHECK(p->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_RECV_SIG,
+          "event flags 0x%lx", (unsigned long)p->attr.cap.event_flags);
     for (i = 0; i < EV_ROUNDS; ++i) {
         if (p->is_initiator) {
-            ev_am_send(p, i);
-            ev_sleep_until(p, fd, &ev_am_count, i + 1, &st, "AM reply");
-        } else {
-            ev_sleep_until(p, fd, &ev_am_count, i + 1, &st, "AM");
-            ev_am_send(p, i);
+            (i & 1) ? ev_am_send_signaled(p, i) : ev_am_send(p, i);
+        }
+        ev_sleep_until_ev(
+            p, fd,
+            (i & 1) ? UCT_EVENT_RECV_SIG : UCT_EVENT_SEND_COMP | UCT_EVENT_RECV,
+            &ev_am_count, i + 1, &st, p->is_initiator ? "AM reply" : "AM");
+        if (!p->is_initiator) {
+            (i & 1) ? ev_am_send_signaled(p, i) : ev_am_send(p, i);
         }
     }
     CHECK(!ev_am_bad, "an AM arrived with a wrong header or sequence");
