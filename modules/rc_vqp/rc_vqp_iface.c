@@ -700,7 +700,10 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
 
     /* The receive buffers reserve their CQ entries up front: a CQ they
      * fill would fail every endpoint later, with a less clear cause. */
-    qps    = config->num_qps + (config->num_qps > 1);
+    /* An endpoint's QPs each keep a CQ entry for a cover, up to
+     * max_covers per CQ. */
+    qps =
+        ucs_min(config->num_qps + (config->num_qps > 1), cq_params.max_covers);
     status = vqp_srq_create(self->cq, config->rx_queue_len, &self->srq);
     if (status == UCS_ERR_EXCEEDS_LIMIT) {
         uct_rc_vqp_iface_cq_too_small(config, 0, qps + 1);

@@ -123,7 +123,13 @@ typedef struct vqp_cq_params {
     unsigned num_devs;
     uint32_t cqe;      /* entries per physical CQ */
     unsigned max_poll; /* CQEs handled per device per poll call */
+    /* Entries kept for the signaled NOPs that make unsignaled WQEs complete:
+     * one per QP, at most this many per device (>= 1; more covers wait for
+     * the CQEs of those in flight). */
+    uint32_t max_covers;
 } vqp_cq_params_t;
+
+#define VQP_CQ_MAX_COVERS_DEFAULT 64
 
 void vqp_cq_params_default(vqp_cq_params_t *params);
 ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p);
@@ -277,6 +283,9 @@ typedef struct vqp_stats {
     /* Times a post waited for CQ room taken by WQEs of other QPs on the
      * same virtual CQ. */
     uint64_t credit_waits;
+    /* Times a cover NOP found no CQ entry left (max_covers of them in
+     * flight) and waited for their CQEs. */
+    uint64_t cover_waits;
     unsigned qps_alive;
 } vqp_stats_t;
 

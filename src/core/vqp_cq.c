@@ -55,8 +55,9 @@ static void vqp_cq_efd_close(const vqp_cq_t *cq)
 void vqp_cq_params_default(vqp_cq_params_t *params)
 {
     memset(params, 0, sizeof(*params));
-    params->cqe      = 4096;
-    params->max_poll = 64;
+    params->cqe        = 4096;
+    params->max_poll   = 64;
+    params->max_covers = VQP_CQ_MAX_COVERS_DEFAULT;
 }
 
 vqp_pqp_t *const vqp_qpn_none[VQP_QPN_LOW_SIZE];
@@ -69,10 +70,12 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
     unsigned i, j;
 
     if ((params->num_devs == 0) || (params->num_devs > VQP_MAX_DEVS) ||
-        (params->cqe == 0) || (params->max_poll == 0)) {
-        ucs_error("vqp cq: %u devices (1..%d), %u CQEs, max_poll %u: invalid",
-                  params->num_devs, VQP_MAX_DEVS, params->cqe,
-                  params->max_poll);
+        (params->cqe == 0) || (params->max_poll == 0) ||
+        (params->max_covers == 0)) {
+        ucs_error("vqp cq: %u devices (1..%d), %u CQEs, max_poll %u,"
+                  " max_covers %u: invalid",
+                  params->num_devs, VQP_MAX_DEVS, params->cqe, params->max_poll,
+                  params->max_covers);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -81,7 +84,8 @@ ucs_status_t vqp_cq_create(const vqp_cq_params_t *params, vqp_cq_t **cq_p)
         ucs_error("vqp cq: out of memory");
         return UCS_ERR_NO_MEMORY;
     }
-    cq->max_poll = params->max_poll;
+    cq->max_poll   = params->max_poll;
+    cq->max_covers = params->max_covers;
     ucs_list_head_init(&cq->vqps);
     ucs_list_head_init(&cq->credit_waiters);
     cq->dirty = ucs_calloc(params->max_poll, sizeof(*cq->dirty), "vqp_dirty");
@@ -155,6 +159,9 @@ ucs_status_t vqp_cq_dev_reserve(vqp_cq_dev_t *cdev, uint32_t recvs,
     int64_t left = (int64_t)cdev->cq.mask + 1 - cdev->cqe_reserved -
                    cdev->cover_reserve - n;
 
+    if (n == 0) {
+        return UCS_OK; /* a QP beyond max_covers without receives */
+    }
     /* Entries are free only where no posted WQE may need them; and one must
      * stay for WQEs, or every QP of the CQ would wait for credits for good
      * once the last reservation took them. */
@@ -203,11 +210,14 @@ ucs_status_t vqp_cq_register(vqp_cq_t *cq, vqp_pqp_t *pqp)
                   pqp->qpn, pqp->dev);
         return UCS_ERR_ALREADY_EXISTS;
     }
-    /* Its receives, and the entry of the NOP that may cover it. */
-    status = vqp_cq_dev_reserve(cdev, pqp->cqe_need, 1, "a QP");
+    /* Its receives, and the entry of the NOP that may cover it (while
+     * fewer than max_covers are kept). */
+    status = vqp_cq_dev_reserve(cdev, pqp->cqe_need,
+                                cdev->cover_qps < cq->max_covers, "a QP");
     if (status != UCS_OK) {
         return status;
     }
+    ++cdev->cover_qps;
     *slot = pqp;
     return UCS_OK;
 }
@@ -247,13 +257,17 @@ void vqp_cq_retire(vqp_cq_t *cq, vqp_pqp_t *pqp)
 
 void vqp_cq_unregister(vqp_cq_t *cq, vqp_pqp_t *pqp)
 {
+    vqp_cq_dev_t *cdev;
     vqp_pqp_t *const *chunk =
         cq->devs[pqp->dev].qpn_table[pqp->qpn >> VQP_QPN_LOW_BITS];
 
     /* Found there, the chunk is not vqp_qpn_none: writable. */
     if (chunk[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] == pqp) {
         ((vqp_pqp_t **)chunk)[pqp->qpn & (VQP_QPN_LOW_SIZE - 1)] = NULL;
-        vqp_cq_dev_release(&cq->devs[pqp->dev], pqp->cqe_need, 1);
+        cdev = &cq->devs[pqp->dev];
+        --cdev->cover_qps;
+        vqp_cq_dev_release(cdev, pqp->cqe_need,
+                           cdev->cover_qps < cq->max_covers);
     }
 }
 

@@ -347,14 +347,18 @@ typedef struct vqp_cq_dev {
      *  - every tracked WQE, signaled or not (a QP in ERROR flushes each):
      *    one credit from posting until its CQE, or the CQE covering it, was
      *    polled. Posts wait while credits <= 0;
-     *  - one entry per registered QP (cover_reserve) that only signaled
-     *    NOPs covering unsignaled WQEs may use, so WQEs that hold credits
-     *    can always be made to complete.
+     *  - one entry per registered QP, up to the CQ's max_covers
+     *    (cover_reserve), that only signaled NOPs covering unsignaled WQEs
+     *    may use, so WQEs that hold credits can always be made to complete:
+     *    covers in flight give their entries back at their CQEs, and a
+     *    cover that found none waits for that (vqp_cover_short). Not one
+     *    per QP: the CQ would bound the endpoints, not the WQEs in flight.
      * credits = entries - cqe_reserved - cover_reserve - WQEs tracked - CQEs
      * of destroyed QPs not polled yet; it goes below 0 by covers only. */
     int32_t credits;
     uint32_t cqe_reserved;
     uint32_t cover_reserve;
+    uint32_t cover_qps; /* QPs registered; cover_reserve is at most this */
     /* The next doorbell's half of the BlueFlame register its QPs ring (on
      * a ConnectX, the QPs of a CQ share its thread domain's register). */
     uint32_t bf_toggle;
@@ -364,6 +368,7 @@ struct vqp_cq {
     vqp_cq_dev_t devs[VQP_MAX_DEVS];
     unsigned num_devs;
     unsigned max_poll;
+    uint32_t max_covers; /* cover entries reserved per device, at most */
     unsigned num_vqps;
     /* Completions for QPs without a callback, until vqp_cq_poll takes them.
      * Sized for every operation and receive its QPs can have in flight, so

@@ -87,22 +87,42 @@ static UCS_F_ALWAYS_INLINE uint32_t vqp_frag_seq(const vqp_t *vqp,
     return (vqp_frag_op(vqp, f)->first_seq + f->idx) & VQP_DQPLB_SEQ_MASK;
 }
 
-/* No CQ credit left for a WQE of @a pqp: its virtual QP waits on the CQ's
- * list until CQEs of any QP give credits back. Every shortage asks for
- * covers, also one met while the virtual QP is still on the list (credits
- * that came back were used up again within the same poll): the WQEs
- * holding the credits may all be unsignaled. Returns 0. */
-static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
+/* @a vqp waits on the CQ's list until CQEs of any QP give credits back
+ * (vqp_cq_credit_progress advances it then). Returns 0. */
+static int vqp_credit_wait(vqp_t *vqp)
 {
-    vqp_t *vqp = pqp->vqp;
-
     if (!vqp->credit_wait) {
         vqp->credit_wait = 1;
         ucs_list_add_tail(&vqp->cq->credit_waiters, &vqp->credit_list);
         ++vqp->stats.credit_waits;
     }
-    vqp->cq->cover_pending = 1;
     return 0;
+}
+
+/* No CQ credit left for a WQE of @a pqp: its virtual QP waits for credits.
+ * Every shortage asks for covers, also one met while the virtual QP is
+ * still on the list (credits that came back were used up again within the
+ * same poll): the WQEs holding the credits may all be unsignaled. */
+static UCS_F_NOINLINE int vqp_credit_short(const vqp_pqp_t *pqp)
+{
+    vqp_credit_wait(pqp->vqp);
+    pqp->vqp->cq->cover_pending = 1;
+    return 0;
+}
+
+/* A cover found no entry, not even a kept one: covers in flight hold them
+ * all (only covers take credits below 0), and their CQEs give them back.
+ * The virtual QP waits for that, to post its cover then (it may have no
+ * CQE of its own to come). Asks for no more covers: the CQEs are coming. */
+static UCS_F_NOINLINE int vqp_cover_short(vqp_t *vqp)
+{
+    ++vqp->stats.cover_waits;
+    return vqp_credit_wait(vqp);
+}
+
+static UCS_F_ALWAYS_INLINE int vqp_cdev_has_cover_credit(const vqp_cq_dev_t *cd)
+{
+    return cd->credits + (int32_t)cd->cover_reserve > 0;
 }
 
 /* A free entry in @a pqp's fragment ring (none once dead) and room for the
@@ -135,8 +155,7 @@ static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
  * it may use the entries reserved per QP for that. */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_cover_room(const vqp_pqp_t *pqp)
 {
-    return vqp_pqp_has_slot(pqp) &&
-           (pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0);
+    return vqp_pqp_has_slot(pqp) && vqp_cdev_has_cover_credit(pqp->cdev);
 }
 
 /* The round-robin cursor's QP is full or dead: the next one with room
@@ -726,7 +745,13 @@ static int vqp_cover_qp_now(vqp_t *vqp, vqp_pqp_t *pqp)
 
 static int vqp_cover_qp(vqp_t *vqp, vqp_pqp_t *pqp)
 {
-    return vqp_pqp_has_cover_room(pqp) && vqp_cover_qp_now(vqp, pqp);
+    if (!vqp_pqp_has_slot(pqp)) {
+        return 0; /* a signaled WQE is in flight: its CQE makes room */
+    }
+    if (!vqp_cdev_has_cover_credit(pqp->cdev)) {
+        return vqp_cover_short(vqp);
+    }
+    return vqp_cover_qp_now(vqp, pqp);
 }
 
 /* QPs that died uncovered while their rings were full (vqp_pqp_fail): a
@@ -749,9 +774,12 @@ static UCS_F_NOINLINE void vqp_post_owed_covers(vqp_t *vqp)
         if (!(VQP_RING_COUNT(pqp->frag_head, pqp->frag_tail) <=
               pqp->frag_mask) ||
             !((uint16_t)(pqp->tx.pi - pqp->tx.ci) <=
-              (uint16_t)(pqp->tx.mask + 1 - VQP_MLX5_MAX_BB)) ||
-            !(pqp->cdev->credits + (int32_t)pqp->cdev->cover_reserve > 0) ||
-            !vqp_cover_qp_now(vqp, pqp)) {
+              (uint16_t)(pqp->tx.mask + 1 - VQP_MLX5_MAX_BB))) {
+            owed = 1;
+        } else if (!vqp_cdev_has_cover_credit(pqp->cdev)) {
+            owed = 1;
+            vqp_cover_short(vqp);
+        } else if (!vqp_cover_qp_now(vqp, pqp)) {
             owed = 1;
         }
     }

@@ -2104,8 +2104,9 @@ typedef struct credit_set {
     unsigned n;
 } credit_set_t;
 
-static void credit_set_create(credit_set_t *cs, unsigned n, unsigned cqe,
-                              vqp_params_t params)
+/* @a max_covers: the CQ's cover entries; 0: the default. */
+static void credit_set_create_covers(credit_set_t *cs, unsigned n, unsigned cqe,
+                                     vqp_params_t params, uint32_t max_covers)
 {
     char addr_a[2048], addr_b[2048];
     size_t len_a, len_b;
@@ -2120,6 +2121,9 @@ static void credit_set_create(credit_set_t *cs, unsigned n, unsigned cqe,
     cqp.devs[0]  = cs->a.dev;
     cqp.num_devs = 1;
     cqp.cqe      = cqe;
+    if (max_covers != 0) {
+        cqp.max_covers = max_covers;
+    }
     assert_int_equal(vqp_cq_create(&cqp, &cs->a.cq), UCS_OK);
     for (i = 0; i < n; ++i) {
         params.cq = cs->a.cq;
@@ -2135,6 +2139,12 @@ static void credit_set_create(credit_set_t *cs, unsigned n, unsigned cqe,
         assert_int_equal(vqp_connect(cs->va[i], addr_b, len_b), UCS_OK);
         assert_int_equal(vqp_connect(cs->vb[i], addr_a, len_a), UCS_OK);
     }
+}
+
+static void credit_set_create(credit_set_t *cs, unsigned n, unsigned cqe,
+                              vqp_params_t params)
+{
+    credit_set_create_covers(cs, n, cqe, params, 0);
 }
 
 static void credit_set_poll(credit_set_t *cs)
@@ -2362,6 +2372,118 @@ static void test_cq_credits_unsignaled_holder(void **state)
     assert_memory_equal(cs.a.buf + 100000, cs.b.buf + 100000, 20 * 64);
     /* The cover NOP completed the idle QP's WQEs: all credits are back. */
     assert_int_equal(cs.a.cq->devs[0].credits, 128 - 2);
+    credit_set_destroy(&cs);
+}
+
+/* The CQ keeps one cover entry (max_covers 1) for four QPs. Three idle
+ * virtual QPs hold nearly all credits with unsignaled WQEs no CQE covers;
+ * the fourth runs short: the covers go one at a time, each after the CQE
+ * of the one before gave entries back, until its operations complete. A
+ * CQ of any size takes any number of QPs (one entry per QP would bound
+ * them by the CQ). */
+static void test_cq_credits_capped_covers(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    const unsigned per = 20, holders = 3;
+    uint64_t cover_waits = 0;
+    vqp_stats_t stats;
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+    unsigned i, j;
+
+    params.max_recvs = 0;
+    params.max_ops   = 256; /* the QP signals every 128th WQE */
+    credit_set_create_covers(&cs, holders + 1, 64, params, 1);
+    assert_int_equal(cs.a.cq->devs[0].cover_reserve, 1);
+    assert_int_equal(cs.a.cq->devs[0].credits, 63);
+    fill_pattern(cs.a.buf, BUF_SIZE, 23);
+    memset(cs.b.buf, 0, BUF_SIZE);
+    for (i = 0; i < holders; ++i) {
+        for (j = 0; j < per; ++j) {
+            wr       = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i * 1000 + j,
+                               (i * per + j) * 64, (i * per + j) * 64, 64);
+            wr.flags = 0;
+            assert_int_equal(vqp_post_send(cs.va[i], &wr), UCS_OK);
+        }
+    }
+    for (i = 0; i < 200; ++i) {
+        credit_set_poll(&cs); /* executed; no CQE covers them */
+    }
+    assert_int_equal(cs.a.nwcs, 0);
+    assert_int_equal(cs.a.cq->devs[0].credits, 63 - (int)(holders * per));
+    /* As many as the holders hold, unsignaled but the last: they hold
+     * their credits until it completes, so every holder must be covered,
+     * one after the other. */
+    for (j = 0; j < holders * per; ++j) {
+        wr = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, 9000 + j, 100000 + j * 64,
+                     100000 + j * 64, 64);
+        wr.flags = (j == holders * per - 1) ? VQP_SEND_SIGNALED : 0;
+        assert_int_equal(vqp_post_send(cs.va[holders], &wr), UCS_OK);
+    }
+    credit_set_wait(&cs, 1);
+    assert_int_equal(cs.a.wcs[0].wr_id, 9000 + holders * per - 1);
+    assert_int_equal(cs.a.wcs[0].status, UCS_OK);
+    assert_memory_equal(cs.a.buf, cs.b.buf, holders * per * 64);
+    assert_memory_equal(cs.a.buf + 100000, cs.b.buf + 100000,
+                        holders * per * 64);
+    for (i = 0; i <= holders; ++i) {
+        vqp_query_stats(cs.va[i], &stats);
+        cover_waits += stats.cover_waits;
+        if (i < holders) {
+            /* reported by the cover, unsignaled: no completion */
+            assert_int_equal(stats.ops_completed, per);
+        }
+    }
+    assert_true(cover_waits >= holders - 1); /* one entry, one at a time */
+    for (i = 0; i < 100; ++i) {
+        credit_set_poll(&cs);
+    }
+    assert_int_equal(cs.a.nwcs, 1); /* exactly once */
+    assert_int_equal(cs.a.cq->devs[0].credits, 63);
+    credit_set_destroy(&cs);
+}
+
+/* A QP canceled while its unsignaled WQEs hold credits needs a cover (the
+ * flush reports none of them), but the one cover entry is taken by another
+ * QP's cover whose CQE is not polled yet: the canceled virtual QP's cover
+ * waits for that CQE (a cover wait), then goes, and its operations end. */
+static void test_cq_cover_waits_for_entry(void **state)
+{
+    vqp_params_t params = base_params(1, VQP_LB_DQPLB);
+    vqp_send_wr_t wr;
+    credit_set_t cs;
+    vqp_stats_t stats;
+    unsigned i, j;
+
+    params.max_recvs = 0;
+    params.max_ops   = 256;
+    credit_set_create_covers(&cs, 2, 64, params, 1);
+    for (i = 0; i < 2; ++i) { /* 40 + 23: every credit held */
+        for (j = 0; j < (i ? 23u : 40u); ++j) {
+            wr       = make_wr(&cs.a, &cs.b, VQP_OP_WRITE, i * 1000 + j,
+                               (i * 64 + j) * 64, (i * 64 + j) * 64, 64);
+            wr.flags = 0;
+            assert_int_equal(vqp_post_send(cs.va[i], &wr), UCS_OK);
+        }
+    }
+    for (i = 0; i < 200; ++i) {
+        credit_set_poll(&cs); /* executed; no CQE covers them */
+    }
+    assert_int_equal(cs.a.cq->devs[0].credits, 0);
+    vqp_cover_in_flight(cs.va[1]); /* takes the kept entry */
+    assert_int_equal(cs.a.cq->devs[0].credits, -1);
+    vqp_cancel(cs.va[0]); /* no entry for its cover now */
+    vqp_query_stats(cs.va[0], &stats);
+    assert_int_equal(stats.cover_waits, 1);
+    for (i = 0; (i < 100000) && ((vqp_ops_in_flight(cs.va[0]) != 0) ||
+                                 (vqp_ops_in_flight(cs.va[1]) != 0));
+         ++i) {
+        credit_set_poll(&cs);
+    }
+    assert_int_equal(vqp_ops_in_flight(cs.va[0]), 0);
+    assert_int_equal(vqp_ops_in_flight(cs.va[1]), 0);
+    assert_int_equal(cs.a.nwcs, 0); /* unsignaled, canceled: no reports */
+    assert_int_equal(cs.a.cq->devs[0].credits, 63);
     credit_set_destroy(&cs);
 }
 
@@ -3013,6 +3135,8 @@ int main(void)
         cmocka_unit_test(test_inline_not_replayed),
         cmocka_unit_test(test_whole_replay),
         cmocka_unit_test(test_credit_episodes),
+        cmocka_unit_test(test_cq_credits_capped_covers),
+        cmocka_unit_test(test_cq_cover_waits_for_entry),
         cmocka_unit_test(test_ring_full_unsignaled),
         cmocka_unit_test(test_send_qp_fail_cb),
         cmocka_unit_test(test_destroy_after_cancel),

@@ -130,9 +130,10 @@ typedef struct trial {
     rng_t rng;
     /* configuration */
     unsigned num_qps;
-    unsigned num_devs; /* per side */
-    uint32_t cqe;      /* the CQs' entries, small to run out of credits; 0:
-                        * the default */
+    unsigned num_devs;   /* per side */
+    uint32_t cqe;        /* the CQs' entries, small to run out of credits; 0:
+                          * the default */
+    uint32_t max_covers; /* the CQs' cover entries; 0: the default */
     vqp_lb_t lb;
     uint64_t frag_size;
     uint64_t stripe_threshold;
@@ -191,18 +192,20 @@ static void trial_describe(const trial_t *t, char *buf, size_t max)
     snprintf(buf, max,
              "seed %" PRIu64 ": %u QPs on %u devices %s%s, frag %" PRIu64
              " stripe %" PRIu64
-             ", max_outstanding %u, max_ops %u, CQ %u, %s%s%s%s, %u kills at "
+             ", max_outstanding %u, max_ops %u, CQ %u covers %u, %s%s%s%s, "
+             "%u kills at "
              "ops "
              "%u%s %u%s %u%s, send QP kill at %d, %u ops%s%s",
              t->seed, t->num_qps, t->num_devs,
              (t->lb == VQP_LB_DQPLB) ? "dqplb" : "spray",
              (t->srq != NULL) ? " (b on an SRQ)" : "", t->frag_size,
              t->stripe_threshold, t->max_outstanding, t->max_ops, t->cqe,
-             t->use_cb ? "callback" : "poll", t->reorder ? ", reorder" : "",
-             t->exec_auto ? ", exec auto" : "", t->delays ? ", delays" : "",
-             t->kills, t->kill_at[0], t->kill_b[0] ? "b" : "", t->kill_at[1],
-             t->kill_b[1] ? "b" : "", t->kill_at[2], t->kill_b[2] ? "b" : "",
-             t->kill_send_at, t->ops_target,
+             t->max_covers, t->use_cb ? "callback" : "poll",
+             t->reorder ? ", reorder" : "", t->exec_auto ? ", exec auto" : "",
+             t->delays ? ", delays" : "", t->kills, t->kill_at[0],
+             t->kill_b[0] ? "b" : "", t->kill_at[1], t->kill_b[1] ? "b" : "",
+             t->kill_at[2], t->kill_b[2] ? "b" : "", t->kill_send_at,
+             t->ops_target,
              t->bad_ops ? ", bad keys"
              : t->chaos ? ", random transport errors"
                         : "",
@@ -290,6 +293,9 @@ static void side_open(trial_t *t, side_t *s, const char *faults)
     cqp.max_poll = 1 + rng_below(&t->rng, 64);
     if (t->cqe != 0) {
         cqp.cqe = t->cqe;
+    }
+    if (t->max_covers != 0) {
+        cqp.max_covers = t->max_covers;
     }
     assert_int_equal(vqp_cq_create(&cqp, &s->cq), UCS_OK);
 }
@@ -1038,8 +1044,12 @@ static void trial_setup(trial_t *t, uint64_t seed)
     t->num_qps     = qps[rng_below(&t->rng, ucs_static_array_size(qps))];
     t->num_devs    = rng_pct(&t->rng, 25) ? 2 : 1;
     t->cqe         = rng_pct(&t->rng, 30) ? (64u << rng_below(&t->rng, 3)) : 0;
-    t->lb          = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
-    t->frag_size   = frag_sizes[rng_below(&t->rng, 3)];
+    /* Half the small CQs keep 1..4 cover entries, fewer than their QPs:
+     * covers wait for others' CQEs. From the seed, not the generator, so
+     * the other draws of a seed stay as they were. */
+    t->max_covers = ((t->cqe != 0) && (seed & 1)) ? 1 + (seed >> 1) % 4 : 0;
+    t->lb         = rng_pct(&t->rng, 50) ? VQP_LB_DQPLB : VQP_LB_SPRAY;
+    t->frag_size  = frag_sizes[rng_below(&t->rng, 3)];
     t->stripe_threshold = t->frag_size >> rng_below(&t->rng, 3);
     t->max_outstanding  = 2u << rng_below(&t->rng, 4); /* 2..16 */
     t->max_ops          = 8u << rng_below(&t->rng, 5); /* 8..128 */
@@ -1129,9 +1139,10 @@ static void trial_setup(trial_t *t, uint64_t seed)
         if (verbose) {
             print_message("CQ of %u entries too small: the default\n", t->cqe);
         }
-        t->cqe    = 0;
-        params.cq = t->a.cq;
-        status    = vqp_create(&params, &t->a.vqp);
+        t->cqe        = 0;
+        t->max_covers = 0;
+        params.cq     = t->a.cq;
+        status        = vqp_create(&params, &t->a.vqp);
     }
     assert_int_equal(status, UCS_OK);
     params.cq      = t->b.cq;
@@ -1307,8 +1318,10 @@ static void trial_drain_and_check(trial_t *t)
     }
     vqp_query_stats(t->a.vqp, &stats);
     if (verbose) {
-        print_message("  %" PRIu64 " credit waits, %" PRIu64 " replays\n",
-                      stats.credit_waits, stats.frags_replayed);
+        print_message("  %" PRIu64 " credit waits, %" PRIu64
+                      " cover waits, %" PRIu64 " replays\n",
+                      stats.credit_waits, stats.cover_waits,
+                      stats.frags_replayed);
     }
     CHECK(t, stats.ops_posted == t->posted, "stats: %" PRIu64 " posted, not %u",
           stats.ops_posted, t->posted);
