@@ -108,6 +108,11 @@ typedef struct uct_rc_vqp_iface {
      * without a completion of its own). */
     unsigned cancel_waiting;
     vqp_srq_t *srq; /* AM receive buffers of all endpoints */
+    /* Buffers the SRQ lacks because none was free (RX_MAX_BUFS reached:
+     * AM handlers keep the others): progress posts them once handlers
+     * release theirs. */
+    unsigned rx_missing;
+    int rx_limited; /* RX_MAX_BUFS is set: running out is no error */
     size_t ep_addr_len;
     uint64_t scratch;          /* result of atomics without fetch */
     uint32_t ext_atomic_sizes; /* vqp_dev_attr_t.ext_atomic_sizes */
@@ -173,9 +178,12 @@ ucs_status_t uct_rc_vqp_ep_connect_vqp(uct_rc_vqp_ep_t *ep, const void *addr,
  * destroyed instead). */
 void uct_rc_vqp_ep_set_failed(uct_rc_vqp_ep_t *ep, ucs_status_t status);
 
-/* Post @a desc (NULL: a new one) to the interface's shared receive queue. */
+/* Post @a desc (NULL: a new one) to the interface's shared receive queue.
+ * With no free buffer (RX_MAX_BUFS), counts it in rx_missing. */
 ucs_status_t uct_rc_vqp_iface_post_recv(uct_rc_vqp_iface_t *iface,
                                         uct_rc_vqp_rx_desc_t *desc);
+/* Posts the buffers the SRQ lacks (rx_missing) while free ones exist. */
+void uct_rc_vqp_iface_rx_refill(uct_rc_vqp_iface_t *iface);
 void uct_rc_vqp_iface_release_recv(void *arg, uint64_t wr_id);
 
 /* Operations (rc_vqp_ep.c) */

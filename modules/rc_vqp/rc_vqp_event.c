@@ -58,6 +58,11 @@ ucs_status_t uct_rc_vqp_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     if (!ucs_arbiter_is_empty(&iface->arbiter)) {
         return UCS_ERR_BUSY;
     }
+    /* Buffers released since the last progress: posted before sleeping,
+     * or senders waiting for them (RNR) would wait for this side too. */
+    if (iface->rx_missing != 0) {
+        uct_rc_vqp_iface_rx_refill(iface);
+    }
     status = vqp_dev_event_arm(iface->dev);
     if (status != UCS_OK) {
         return status;

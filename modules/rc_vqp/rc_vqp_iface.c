@@ -71,6 +71,12 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      ucs_offsetof(uct_rc_vqp_iface_config_t, rx_queue_len),
      UCS_CONFIG_TYPE_UINT},
 
+    {"RX_MAX_BUFS", "-1",
+     "Receive buffers the interface allocates at most: those posted and those\n"
+     "AM handlers keep (UCS_INPROGRESS); -1 is unlimited. Once handlers keep\n"
+     "them all, senders wait (RNR retries) until buffers are released.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, rx_max_bufs), UCS_CONFIG_TYPE_INT},
+
     {"FC_WND_SIZE", "128",
      "Active messages an endpoint sends before the peer returns credits\n"
      "(flow control: receivers are not flooded into RNR waits).",
@@ -255,7 +261,14 @@ ucs_status_t uct_rc_vqp_iface_post_recv(uct_rc_vqp_iface_t *iface,
     if (desc == NULL) {
         desc = ucs_mpool_get(&iface->rx_mp);
         if (desc == NULL) {
-            ucs_error("rc_vqp: out of receive buffers");
+            /* At RX_MAX_BUFS that is what the limit is for; otherwise the
+             * memory ran out. Either way the SRQ lacks it until later. */
+            ucs_log(iface->rx_limited ? UCS_LOG_LEVEL_DEBUG
+                                      : UCS_LOG_LEVEL_ERROR,
+                    "rc_vqp: out of receive buffers (%u missing in the"
+                    " receive queue)",
+                    iface->rx_missing + 1);
+            ++iface->rx_missing;
             return UCS_ERR_NO_MEMORY;
         }
     }
@@ -268,6 +281,23 @@ ucs_status_t uct_rc_vqp_iface_post_recv(uct_rc_vqp_iface_t *iface,
         ucs_mpool_put(desc);
     }
     return status;
+}
+
+void uct_rc_vqp_iface_rx_refill(uct_rc_vqp_iface_t *iface)
+{
+    unsigned missing = iface->rx_missing;
+    ucs_status_t status;
+
+    iface->rx_missing = 0;
+    while (missing-- > 0) {
+        status = uct_rc_vqp_iface_post_recv(iface, NULL);
+        if (status == UCS_ERR_NO_MEMORY) {
+            iface->rx_missing += missing; /* none free yet: this one too */
+            return;
+        } else if (status != UCS_OK) {
+            return; /* the SRQ is full */
+        }
+    }
 }
 
 /* The SRQ's unused buffers at close. */
@@ -440,6 +470,9 @@ static unsigned uct_rc_vqp_iface_progress(uct_iface_h tl_iface)
 
     count = vqp_cq_progress(iface->cq);
     count += uct_rc_vqp_cm_progress(iface);
+    if (ucs_unlikely(iface->rx_missing != 0)) {
+        uct_rc_vqp_iface_rx_refill(iface);
+    }
     if (ucs_unlikely(iface->cancel_waiting != 0)) {
         uct_rc_vqp_iface_cancel_progress(iface);
     }
@@ -545,6 +578,7 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->max_outstanding == 0) || (config->tx_queue_len == 0) ||
         (config->rx_queue_len == 0) ||
         (config->rx_queue_len >= attr->max_srq_wr) ||
+        ((config->rx_max_bufs < 1) && (config->rx_max_bufs != -1)) ||
         (config->fc_wnd_size <= UCT_RC_VQP_FC_RESERVE) ||
         (config->fc_wnd_size > 0x7fff) || (config->seg_size < 64) ||
         (config->seg_size > UINT32_MAX) || (config->max_inline < 8) ||
@@ -553,17 +587,18 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->connect_timeout <= 0)) {
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
                   " (a power of two, 1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
-                  " RX_QUEUE_LEN=%u (1..%u) FC_WND_SIZE=%u (%d..32767)"
+                  " RX_QUEUE_LEN=%u (1..%u) RX_MAX_BUFS=%d (-1 or >= 1)"
+                  " FC_WND_SIZE=%u (%d..32767)"
                   " SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
                   " (>= 8) RETRY_COUNT=%u (0..7) TIMEOUT=%g s RNR_TIMEOUT=%g s"
                   " CONNECT_TIMEOUT=%g s (> 0)",
                   config->num_qps, config->frag_size, attr->max_msg_sz,
                   config->max_outstanding, config->tx_queue_len,
                   config->rx_queue_len, attr->max_srq_wr - 1,
-                  config->fc_wnd_size, UCT_RC_VQP_FC_RESERVE + 1,
-                  config->seg_size, config->max_inline, config->retry_count,
-                  config->timeout, config->rnr_timeout,
-                  config->connect_timeout);
+                  config->rx_max_bufs, config->fc_wnd_size,
+                  UCT_RC_VQP_FC_RESERVE + 1, config->seg_size,
+                  config->max_inline, config->retry_count, config->timeout,
+                  config->rnr_timeout, config->connect_timeout);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;
@@ -592,7 +627,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     size_t payload_offset, am_align, am_align_offset;
     vqp_cq_params_t cq_params;
     vqp_dev_attr_t attr;
-    unsigned qps;
+    unsigned qps, rx_max;
     ucs_status_t status;
 
     UCS_CLASS_CALL_SUPER_INIT(
@@ -689,10 +724,12 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     }
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->tx_mp) = self;
 
+    self->rx_limited = (config->rx_max_bufs != -1);
+    rx_max = self->rx_limited ? (unsigned)config->rx_max_bufs : UINT_MAX;
     status = ucs_mpool_init(&self->rx_mp, sizeof(void *),
                             payload_offset + self->seg_size, am_align_offset,
-                            am_align, 256, UINT_MAX, &uct_rc_vqp_rx_mp_ops,
-                            "rc_vqp_rx");
+                            am_align, ucs_min(256u, rx_max), rx_max,
+                            &uct_rc_vqp_rx_mp_ops, "rc_vqp_rx");
     if (status != UCS_OK) {
         goto err_tx_mp;
     }
@@ -717,6 +754,9 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
         status = uct_rc_vqp_iface_post_recv(self, NULL);
         if (status == UCS_ERR_NO_RESOURCE) {
             break; /* the SRQ rounds its size: full */
+        } else if ((status == UCS_ERR_NO_MEMORY) && self->rx_limited) {
+            self->rx_missing = 0; /* RX_MAX_BUFS below RX_QUEUE_LEN */
+            break;
         } else if (status != UCS_OK) {
             goto err_srq;
         }

@@ -1167,6 +1167,107 @@ static void passive_failure_drop(void)
            " (DROP)\n");
 }
 
+/* --------------------------------------- RX_MAX_BUFS: handlers keep all */
+
+#define RXK_MAX 64
+
+static struct {
+    void *kept[RXK_MAX];
+    int nkept;
+    int keep;
+    int count;
+    uint64_t next; /* the sequence number the next AM must carry */
+    int bad;
+} rxk;
+
+static ucs_status_t rxk_am_cb(void *arg, void *data, size_t length,
+                              unsigned flags)
+{
+    uint64_t seq;
+
+    memcpy(&seq, data, sizeof(seq));
+    rxk.bad |= (length != 12) || (seq != rxk.next) ||
+               !(flags & UCT_CB_PARAM_FLAG_DESC);
+    ++rxk.next;
+    ++rxk.count;
+    if (rxk.keep && (rxk.nkept < RXK_MAX)) {
+        rxk.kept[rxk.nkept++] = data;
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+/* An interface of RX_MAX_BUFS=32 whose AM handler keeps every buffer: 32
+ * AMs arrive, the sender's next ones wait (RNR retries) until it runs out
+ * of credits; once the handler's buffers are released they arrive, in
+ * order, each once, and traffic goes on. */
+static void rx_max_bufs(void)
+{
+    static const char *const cfg[] = {"RX_MAX_BUFS", "32", "RX_QUEUE_LEN", "63",
+                                      NULL};
+    double deadline, refused_since = 0;
+    uint64_t sent = 0;
+    ucs_status_t st;
+    uct_ep_h ep;
+    side_t c, d;
+    int i;
+
+    side_cfg = cfg;
+    open_side(&d);
+    side_cfg = NULL;
+    open_side(&c);
+    CHECK_OK(uct_iface_set_am_handler(d.iface, AM_ID, rxk_am_cb, NULL, 0));
+    memset(&rxk, 0, sizeof(rxk));
+    rxk.keep = 1;
+    ep       = ep_to_iface(&c, &d);
+    deadline = now() + 20;
+    /* Until the sender was refused for half a second in a row. */
+    while ((refused_since == 0) || (now() < refused_since + 0.5)) {
+        CHECK(now() < deadline, "rx_max_bufs: never refused (%lu sent)",
+              (unsigned long)sent);
+        st = uct_ep_am_short(ep, AM_ID, sent, "keep", 4);
+        if (st == UCS_OK) {
+            ++sent;
+            refused_since = 0;
+        } else {
+            CHECK(st == UCS_ERR_NO_RESOURCE, "am_short: %s",
+                  ucs_status_string(st));
+            if (refused_since == 0) {
+                refused_since = now();
+            }
+        }
+        uct_worker_progress(worker);
+    }
+    CHECK((rxk.count == 32) && (rxk.nkept == 32) && (sent > 32) && !rxk.bad,
+          "rx_max_bufs: %d AMs arrived, %d kept, %lu sent, bad %d", rxk.count,
+          rxk.nkept, (unsigned long)sent, rxk.bad);
+    rxk.keep = 0;
+    for (i = 0; i < rxk.nkept; ++i) {
+        uct_iface_release_desc(rxk.kept[i]);
+    }
+    wait_int(&rxk.count, (int)sent, "rx_max_bufs: AMs after the release");
+    for (i = 0; i < 200; ++i, ++sent) {
+        while ((st = uct_ep_am_short(ep, AM_ID, sent, "more", 4)) ==
+               UCS_ERR_NO_RESOURCE) {
+            uct_worker_progress(worker);
+        }
+        CHECK_OK(st);
+    }
+    wait_int(&rxk.count, (int)sent, "rx_max_bufs: AMs after them");
+    for (i = 0; i < 1000; ++i) {
+        uct_worker_progress(worker);
+    }
+    CHECK((rxk.count == (int)sent) && !rxk.bad,
+          "rx_max_bufs: %d AMs arrived of %lu, bad %d", rxk.count,
+          (unsigned long)sent, rxk.bad);
+    uct_ep_destroy(ep);
+    close_side(&c);
+    close_side(&d);
+    printf("ok - RX_MAX_BUFS=32 with every buffer kept: 32 AMs arrive, the"
+           " rest after the release, in order, once (%lu in all)\n",
+           (unsigned long)sent);
+}
+
 /* ------------------------------------------------ access errors (NIC side) */
 
 typedef enum {
@@ -1524,6 +1625,7 @@ int main(int argc, char **argv)
     cancel_while_connecting();
     passive_failure_drop();
     access_errors(lbuf, lmemh, rbuf, rkey.rkey);
+    rx_max_bufs();
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1540,6 +1642,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("19 passed, 0 failed\n");
+    printf("20 passed, 0 failed\n");
     return 0;
 }
