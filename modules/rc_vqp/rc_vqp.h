@@ -79,6 +79,11 @@ typedef struct uct_rc_vqp_rx_desc {
     (UCS_BIT(UCT_ATOMIC_OP_AND) | UCS_BIT(UCT_ATOMIC_OP_OR) | \
      UCS_BIT(UCT_ATOMIC_OP_XOR))
 
+/* iov entries of am_zcopy and am_short_iov: both gather them into one
+ * buffer (one contiguous message for the receiver), so any count costs the
+ * same; rc_mlx5 offers a handful. */
+#define UCT_RC_VQP_AM_MAX_IOV 8
+
 /* The largest header of am_zcopy (uct_iface_attr_t.cap.am.max_hdr). */
 #define UCT_RC_VQP_AM_MAX_HDR(_seg_size) ucs_min((_seg_size) / 2, 128ul)
 

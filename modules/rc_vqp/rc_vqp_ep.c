@@ -581,7 +581,9 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
 
 /* am_zcopy copies the user's buffers (below): one that its memory handle
  * does not cover is refused here, as the NIC's lkey check refuses it for
- * the other zcopy operations, instead of the copy faulting on it. */
+ * the other zcopy operations, instead of the copy faulting on it. Strided
+ * entries are refused as by the other zcopy operations (the gather copies
+ * count x length contiguous bytes). */
 static ucs_status_t uct_rc_vqp_iov_check_range(const uct_iov_t *iov,
                                                size_t iovcnt)
 {
@@ -590,13 +592,19 @@ static ucs_status_t uct_rc_vqp_iov_check_range(const uct_iov_t *iov,
     size_t i, extent;
 
     for (i = 0; i < iovcnt; ++i) {
+        if ((iov[i].stride != 0) && (iov[i].count > 1)) {
+            ucs_error("rc_vqp: am_zcopy iov %zu: strided iov is not"
+                      " supported",
+                      i);
+            return UCS_ERR_INVALID_PARAM;
+        }
         memh = iov[i].memh;
         if ((memh == UCT_MEM_HANDLE_NULL) || (iov[i].count == 0) ||
             (iov[i].length == 0)) {
             continue;
         }
         start  = (uintptr_t)iov[i].buffer;
-        extent = (iov[i].count - 1) * iov[i].stride + iov[i].length;
+        extent = iov[i].count * iov[i].length;
         if ((start < memh->address) || (start - memh->address > memh->length) ||
             (extent > memh->length - (start - memh->address))) {
             ucs_error("rc_vqp: am_zcopy iov %zu: %p+%zu is outside its memory"
@@ -618,11 +626,16 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
     size_t length             = header_length;
     uct_rc_vqp_tx_desc_t *desc;
-    ucs_iov_iter_t iter;
+    void *dst;
     ucs_status_t status;
     vqp_send_wr_t wr;
     size_t i;
 
+    if (iovcnt > UCT_RC_VQP_AM_MAX_IOV) {
+        ucs_error("rc_vqp: am_zcopy with %zu iov entries (at most %d)", iovcnt,
+                  UCT_RC_VQP_AM_MAX_IOV);
+        return UCS_ERR_INVALID_PARAM;
+    }
     for (i = 0; i < iovcnt; ++i) {
         length += uct_iov_get_length(&iov[i]);
     }
@@ -646,9 +659,14 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
      * segment, so gathering into the registered buffer costs one copy and
      * frees the user's buffers at once (completed: UCS_OK). */
     memcpy(desc + 1, header, header_length);
-    ucs_iov_iter_init(&iter);
-    uct_iov_to_buffer(iov, iovcnt, &iter,
-                      UCS_PTR_BYTE_OFFSET(desc + 1, header_length), SIZE_MAX);
+    /* Each entry's count x length bytes (stride 0: contiguous), what
+     * uct_iov_get_length() counted above; UCX's uct_iov_to_buffer() would
+     * copy only length of each and leave the rest of the message stale. */
+    dst = UCS_PTR_BYTE_OFFSET(desc + 1, header_length);
+    for (i = 0; i < iovcnt; ++i) {
+        memcpy(dst, iov[i].buffer, uct_iov_get_length(&iov[i]));
+        dst = UCS_PTR_BYTE_OFFSET(dst, uct_iov_get_length(&iov[i]));
+    }
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
                        VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
     wr.imm = uct_rc_vqp_ep_am_imm(ep, id);

@@ -350,7 +350,7 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     attr->cap.am.max_hdr         = UCT_RC_VQP_AM_MAX_HDR(iface->seg_size);
     attr->cap.am.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
     attr->cap.am.align_mtu       = dev_attr.path_mtu;
-    attr->cap.am.max_iov         = 1;
+    attr->cap.am.max_iov         = UCT_RC_VQP_AM_MAX_IOV;
 
     attr->cap.flags = UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
                       UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_BCOPY |

@@ -289,6 +289,19 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
                           (uintptr_t)rbuf, rkey);
     CHECK(st == UCS_ERR_INVALID_PARAM, "put_short of max_short + 1: %s",
           ucs_status_string(st));
+    {
+        uct_iov_t many[64];
+
+        CHECK(src->attr.cap.am.max_iov < 64, "am max_iov %zu",
+              src->attr.cap.am.max_iov);
+        for (i = 0; i <= src->attr.cap.am.max_iov; ++i) {
+            many[i] = iov;
+        }
+        st = uct_ep_am_zcopy(ep, AM_ID, hdr, 8, many,
+                             src->attr.cap.am.max_iov + 1, 0, NULL);
+        CHECK(st == UCS_ERR_INVALID_PARAM, "am_zcopy of max_iov + 1: %s",
+              ucs_status_string(st));
+    }
     /* Nothing arrived anywhere, and the endpoint still works. */
     for (i = 0; i < 1000; ++i) {
         uct_worker_progress(worker);
@@ -297,6 +310,49 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
           "a refused AM arrived (id 0: %d, id %d: %d)", dst->am0_count - am0,
           AM_ID, dst->am_count - am);
     exchange(ep, dst, lbuf, lmemh, rbuf, rkey, "endpoint after bad arguments");
+}
+
+/* am_zcopy gathers its iov entries (up to max_iov; an empty one, one of
+ * count 2) into one message after the header; a strided one (stride not 0,
+ * count > 1) is refused, as by the other zcopy operations. */
+static void am_zcopy_gather(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
+                            uct_mem_h lmemh)
+{
+    const char want[] = "HEADER!!abcdefghijklmnopqr";
+    uct_iov_t iov[4]  = {{.buffer = lbuf + 100, .length = 5, .count = 1},
+                         {.buffer = lbuf + 300, .length = 0, .count = 1},
+                         {.buffer = lbuf + 500, .length = 7, .count = 1},
+                         {.buffer = lbuf + 700, .length = 3, .count = 2}};
+    test_comp_t comp  = {.uc = {.func = comp_cb, .count = 1}};
+    int am            = dst->am_count;
+    ucs_status_t st;
+    unsigned i;
+
+    CHECK(src->attr.cap.am.max_iov >= 4, "am max_iov %zu",
+          src->attr.cap.am.max_iov);
+    memcpy(lbuf + 100, "abcde", 5);
+    memcpy(lbuf + 500, "fghijkl", 7);
+    memcpy(lbuf + 700, "mnopqr", 6);
+    for (i = 0; i < 4; ++i) {
+        iov[i].memh = lmemh;
+    }
+    iov[3].stride = 10;
+    st            = uct_ep_am_zcopy(ep, AM_ID, want, 8, iov, 4, 0, &comp.uc);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "am_zcopy of a strided iov: %s",
+          ucs_status_string(st));
+    iov[3].stride = 0;
+    st            = uct_ep_am_zcopy(ep, AM_ID, want, 8, iov, 4, 0, &comp.uc);
+    CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "am_zcopy of 4 iov: %s",
+          ucs_status_string(st));
+    wait_int(&dst->am_count, am + 1, "am_zcopy of 4 iov");
+    CHECK(!memcmp(dst->am_data, want, sizeof(want) - 1),
+          "am_zcopy of 4 iov: received '%.*s'", (int)sizeof(want) - 1,
+          dst->am_data);
+    if (st == UCS_INPROGRESS) {
+        wait_int(&comp.done, 1, "am_zcopy of 4 iov: completion");
+    }
+    printf("ok - am_zcopy gathers 4 iov entries (an empty one, one of count"
+           " 2), refuses a strided one\n");
 }
 
 /* uct_iface_params_t.am_alignment / am_align_offset: refused when
@@ -1585,6 +1641,7 @@ int main(int argc, char **argv)
     exchange(ep, &b, lbuf, lmemh, rbuf, rkey.rkey,
              "interface to another interface of the process");
     bad_arguments(ep, &a, &b, lbuf, lmemh, rbuf, rkey.rkey);
+    am_zcopy_gather(ep, &a, &b, lbuf, lmemh);
     uct_ep_destroy(ep);
     am_alignment(&b);
 
@@ -1642,6 +1699,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("20 passed, 0 failed\n");
+    printf("21 passed, 0 failed\n");
     return 0;
 }

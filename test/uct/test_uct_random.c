@@ -945,6 +945,29 @@ static ucs_status_t post_atomic(op_t *op, uct_ep_h ep, uct_rkey_t rkey)
                                       rkey);
 }
 
+/* am_zcopy of @a op's payload in up to max_iov (at most 4) pieces of its
+ * source slot, cut where its seed says: the receiver must see them
+ * joined. */
+static ucs_status_t am_zcopy_split(op_t *op, uct_ep_h ep, const uct_iov_t *tmpl)
+{
+    size_t max_iov = op->ep->src->attr.cap.am.max_iov;
+    size_t left    = op->len - op->hdr_len, cut, n, i;
+    uint8_t *p     = lsrc(op->ep, op->lsrc);
+    uct_iov_t iov[4];
+
+    n = 1 + (op->seed >> 8) % ((max_iov < 4) ? max_iov : 4);
+    for (i = 0; i < n; ++i) {
+        cut    = (i == n - 1) ? left : (op->seed >> (4 * i)) % (left + 1);
+        iov[i] = *tmpl;
+        iov[i].buffer = p;
+        iov[i].length = cut;
+        p += cut;
+        left -= cut;
+    }
+    return uct_ep_am_zcopy(ep, AM_ID, op->hdr, op->hdr_len, iov, n, 0,
+                           &op->comp);
+}
+
 /* One attempt: the status UCT returned (a bcopy's length checked and
  * turned into UCS_OK). */
 static ucs_status_t op_call(op_t *op)
@@ -1008,10 +1031,7 @@ static ucs_status_t op_call(op_t *op)
               op->packs);
         return UCS_OK;
     case K_AM_ZCOPY:
-        iov.buffer = lsrc(e, op->lsrc);
-        iov.length = op->len - op->hdr_len;
-        return uct_ep_am_zcopy(ep, AM_ID, op->hdr, op->hdr_len, &iov, 1, 0,
-                               &op->comp);
+        return am_zcopy_split(op, ep, &iov);
     case K_ATOMIC_POST:
     case K_ATOMIC_FETCH:
     case K_ATOMIC_CSWAP:
