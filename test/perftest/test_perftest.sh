@@ -75,6 +75,8 @@ else
     run 4 dqplb -t am_lat -s 8 -n 2000 -w 100
     run 1 dqplb -t am_bw -s 8000 -D bcopy -n 2000 -w 100
     run 4 spray -t am_bw -s 8000 -D zcopy -n 2000 -w 100
+    # four iov entries (-s: the sizes of the scatter-gather list)
+    run 4 dqplb -t am_bw -s 100,2000,8,3000 -D zcopy -n 2000 -w 100
     run 4 dqplb -t fadd -n 1000 -w 100
     run 1 spray -t cswap -n 1000 -w 100
     run 4 spray -t swap -n 1000 -w 100
