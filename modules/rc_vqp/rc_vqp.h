@@ -210,6 +210,8 @@ ucs_status_t uct_rc_vqp_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
                                      uct_rkey_t rkey, uct_completion_t *comp);
 ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
                                     const void *buffer, unsigned length);
+ucs_status_t uct_rc_vqp_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                        const uct_iov_t *iov, size_t iovcnt);
 ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
                                uct_pack_callback_t pack_cb, void *arg,
                                unsigned flags);

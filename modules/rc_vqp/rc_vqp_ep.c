@@ -513,37 +513,116 @@ ucs_status_t uct_rc_vqp_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
                                rkey, comp);
 }
 
-ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
-                                    const void *buffer, unsigned length)
+/* An AM whose message (header and payload, @a length bytes, checked) is in
+ * @a data: inline, posted within the call. */
+static ucs_status_t uct_rc_vqp_ep_am_inline(uct_rc_vqp_ep_t *ep, uint8_t id,
+                                            const void *data, unsigned length)
 {
-    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
-    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
-    /* Header and payload must arrive as one buffer: gather them here, the
-     * WQE takes them inline within the post. */
-    char data[sizeof(hdr) + length];
     ucs_status_t status;
     vqp_send_wr_t wr;
 
-    if ((uct_rc_vqp_check_am_id(id) != UCS_OK) ||
-        (uct_rc_vqp_check_length("am_short", sizeof(hdr) + length,
-                                 iface->vqp_params.max_inline) != UCS_OK)) {
-        return UCS_ERR_INVALID_PARAM;
-    }
     if (ucs_unlikely(ep->fc_credits <= 0)) {
         return UCS_ERR_NO_RESOURCE;
     }
-    memcpy(data, &hdr, sizeof(hdr));
-    if (length != 0) { /* am_short_iov passes (NULL, 0) for a bare header */
-        memcpy(data + sizeof(hdr), buffer, length);
-    }
-    uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, 0, VQP_SEND_INLINE, data,
-                       sizeof(data), 0, 0, 0);
+    uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, 0, VQP_SEND_INLINE, data, length,
+                       0, 0, 0);
     wr.imm = uct_rc_vqp_ep_am_imm(ep, id);
     status = uct_rc_vqp_ep_post(ep, &wr);
     if (ucs_likely(status == UCS_OK)) {
         uct_rc_vqp_ep_am_sent(ep, wr.imm);
     }
     return status;
+}
+
+ucs_status_t uct_rc_vqp_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t hdr,
+                                    const void *buffer, unsigned length)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+
+    if ((uct_rc_vqp_check_am_id(id) != UCS_OK) ||
+        (uct_rc_vqp_check_length("am_short", sizeof(hdr) + (size_t)length,
+                                 iface->vqp_params.max_inline) != UCS_OK)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    {
+        /* Header and payload must arrive as one buffer: gathered here (the
+         * length is checked first, so the stack holds it), the WQE takes
+         * them inline within the post. */
+        char data[sizeof(hdr) + length];
+
+        memcpy(data, &hdr, sizeof(hdr));
+        if (length != 0) {
+            memcpy(data + sizeof(hdr), buffer, length);
+        }
+        return uct_rc_vqp_ep_am_inline(ep, id, data, sizeof(data));
+    }
+}
+
+/* Checks @a iov for the AM calls that gather it into one message (at most
+ * UCT_RC_VQP_AM_MAX_IOV entries, none strided) and returns the bytes it
+ * holds in @a length_p. */
+static ucs_status_t uct_rc_vqp_am_iov_check(const char *what,
+                                            const uct_iov_t *iov, size_t iovcnt,
+                                            size_t *length_p)
+{
+    size_t i;
+
+    if (iovcnt > UCT_RC_VQP_AM_MAX_IOV) {
+        ucs_error("rc_vqp: %s with %zu iov entries (at most %d)", what, iovcnt,
+                  UCT_RC_VQP_AM_MAX_IOV);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *length_p = 0;
+    for (i = 0; i < iovcnt; ++i) {
+        if ((iov[i].stride != 0) && (iov[i].count > 1)) {
+            ucs_error("rc_vqp: %s iov %zu: strided iov is not supported", what,
+                      i);
+            return UCS_ERR_INVALID_PARAM;
+        }
+        *length_p += uct_iov_get_length(&iov[i]);
+    }
+    return UCS_OK;
+}
+
+/* Each entry's count x length bytes (stride 0: contiguous), what
+ * uct_iov_get_length() counts; UCX's uct_iov_to_buffer() copies only length
+ * of each, which would leave the rest of the message stale. */
+static void uct_rc_vqp_am_iov_gather(void *dst, const uct_iov_t *iov,
+                                     size_t iovcnt)
+{
+    size_t i, n;
+
+    for (i = 0; i < iovcnt; ++i) {
+        n = uct_iov_get_length(&iov[i]);
+        memcpy(dst, iov[i].buffer, n);
+        dst = UCS_PTR_BYTE_OFFSET(dst, n);
+    }
+}
+
+/* The iov's bytes as one message: the first 8 are the AM header (zeros
+ * fill a shorter one, as UCX's generic am_short_iov does). */
+ucs_status_t uct_rc_vqp_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                        const uct_iov_t *iov, size_t iovcnt)
+{
+    uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    size_t length;
+
+    if ((uct_rc_vqp_check_am_id(id) != UCS_OK) ||
+        (uct_rc_vqp_am_iov_check("am_short_iov", iov, iovcnt, &length) !=
+         UCS_OK) ||
+        (uct_rc_vqp_check_length("am_short", ucs_max(length, sizeof(uint64_t)),
+                                 iface->vqp_params.max_inline) != UCS_OK)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    {
+        char data[ucs_max(length, sizeof(uint64_t))];
+
+        memset(data, 0, sizeof(uint64_t));
+        uct_rc_vqp_am_iov_gather(data, iov, iovcnt);
+        return uct_rc_vqp_ep_am_inline(ep, id, data, sizeof(data));
+    }
 }
 
 ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
@@ -581,9 +660,7 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
 
 /* am_zcopy copies the user's buffers (below): one that its memory handle
  * does not cover is refused here, as the NIC's lkey check refuses it for
- * the other zcopy operations, instead of the copy faulting on it. Strided
- * entries are refused as by the other zcopy operations (the gather copies
- * count x length contiguous bytes). */
+ * the other zcopy operations, instead of the copy faulting on it. */
 static ucs_status_t uct_rc_vqp_iov_check_range(const uct_iov_t *iov,
                                                size_t iovcnt)
 {
@@ -592,12 +669,6 @@ static ucs_status_t uct_rc_vqp_iov_check_range(const uct_iov_t *iov,
     size_t i, extent;
 
     for (i = 0; i < iovcnt; ++i) {
-        if ((iov[i].stride != 0) && (iov[i].count > 1)) {
-            ucs_error("rc_vqp: am_zcopy iov %zu: strided iov is not"
-                      " supported",
-                      i);
-            return UCS_ERR_INVALID_PARAM;
-        }
         memh = iov[i].memh;
         if ((memh == UCT_MEM_HANDLE_NULL) || (iov[i].count == 0) ||
             (iov[i].length == 0)) {
@@ -624,21 +695,15 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
 {
     uct_rc_vqp_ep_t *ep       = ucs_derived_of(tl_ep, uct_rc_vqp_ep_t);
     uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
-    size_t length             = header_length;
     uct_rc_vqp_tx_desc_t *desc;
-    void *dst;
     ucs_status_t status;
     vqp_send_wr_t wr;
-    size_t i;
+    size_t length;
 
-    if (iovcnt > UCT_RC_VQP_AM_MAX_IOV) {
-        ucs_error("rc_vqp: am_zcopy with %zu iov entries (at most %d)", iovcnt,
-                  UCT_RC_VQP_AM_MAX_IOV);
+    if (uct_rc_vqp_am_iov_check("am_zcopy", iov, iovcnt, &length) != UCS_OK) {
         return UCS_ERR_INVALID_PARAM;
     }
-    for (i = 0; i < iovcnt; ++i) {
-        length += uct_iov_get_length(&iov[i]);
-    }
+    length += header_length;
     if ((uct_rc_vqp_check_am_id(id) != UCS_OK) ||
         (uct_rc_vqp_check_length("am_zcopy header", header_length,
                                  UCT_RC_VQP_AM_MAX_HDR(iface->seg_size)) !=
@@ -659,14 +724,8 @@ ucs_status_t uct_rc_vqp_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
      * segment, so gathering into the registered buffer costs one copy and
      * frees the user's buffers at once (completed: UCS_OK). */
     memcpy(desc + 1, header, header_length);
-    /* Each entry's count x length bytes (stride 0: contiguous), what
-     * uct_iov_get_length() counted above; UCX's uct_iov_to_buffer() would
-     * copy only length of each and leave the rest of the message stale. */
-    dst = UCS_PTR_BYTE_OFFSET(desc + 1, header_length);
-    for (i = 0; i < iovcnt; ++i) {
-        memcpy(dst, iov[i].buffer, uct_iov_get_length(&iov[i]));
-        dst = UCS_PTR_BYTE_OFFSET(dst, uct_iov_get_length(&iov[i]));
-    }
+    uct_rc_vqp_am_iov_gather(UCS_PTR_BYTE_OFFSET(desc + 1, header_length), iov,
+                             iovcnt);
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
                        VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
     wr.imm = uct_rc_vqp_ep_am_imm(ep, id);

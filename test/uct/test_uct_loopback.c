@@ -289,6 +289,10 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
                           (uintptr_t)rbuf, rkey);
     CHECK(st == UCS_ERR_INVALID_PARAM, "put_short of max_short + 1: %s",
           ucs_status_string(st));
+    /* far beyond: refused before anything is gathered on the stack */
+    st = uct_ep_am_short(ep, AM_ID, 0, lbuf, 1u << 30);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "am_short of 1 GiB: %s",
+          ucs_status_string(st));
     {
         uct_iov_t many[64];
 
@@ -300,6 +304,9 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
         st = uct_ep_am_zcopy(ep, AM_ID, hdr, 8, many,
                              src->attr.cap.am.max_iov + 1, 0, NULL);
         CHECK(st == UCS_ERR_INVALID_PARAM, "am_zcopy of max_iov + 1: %s",
+              ucs_status_string(st));
+        st = uct_ep_am_short_iov(ep, AM_ID, many, src->attr.cap.am.max_iov + 1);
+        CHECK(st == UCS_ERR_INVALID_PARAM, "am_short_iov of max_iov + 1: %s",
               ucs_status_string(st));
     }
     /* Nothing arrived anywhere, and the endpoint still works. */
@@ -340,8 +347,35 @@ static void am_zcopy_gather(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
     st            = uct_ep_am_zcopy(ep, AM_ID, want, 8, iov, 4, 0, &comp.uc);
     CHECK(st == UCS_ERR_INVALID_PARAM, "am_zcopy of a strided iov: %s",
           ucs_status_string(st));
+    st = uct_ep_am_short_iov(ep, AM_ID, iov, 4);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "am_short_iov of a strided iov: %s",
+          ucs_status_string(st));
     iov[3].stride = 0;
-    st            = uct_ep_am_zcopy(ep, AM_ID, want, 8, iov, 4, 0, &comp.uc);
+    /* the same by am_short_iov: 26 bytes, the first 8 the header */
+    st = uct_ep_am_short_iov(
+        ep, AM_ID,
+        (uct_iov_t[]){{.buffer = (void *)want, .length = 8, .count = 1}}, 1);
+    CHECK(st == UCS_OK, "am_short_iov: %s", ucs_status_string(st));
+    wait_int(&dst->am_count, am + 1, "am_short_iov of the header");
+    am = dst->am_count;
+    {
+        uct_iov_t siov[5] = {{.buffer = (void *)want, .length = 8, .count = 1},
+                             iov[0],
+                             iov[1],
+                             iov[2],
+                             iov[3]};
+
+        memset(dst->am_data, 0, sizeof(dst->am_data));
+        st = uct_ep_am_short_iov(ep, AM_ID, siov, 5);
+        CHECK(st == UCS_OK, "am_short_iov of 5 iov: %s", ucs_status_string(st));
+        wait_int(&dst->am_count, am + 1, "am_short_iov of 5 iov");
+        CHECK(!memcmp(dst->am_data, want, sizeof(want) - 1),
+              "am_short_iov of 5 iov: received '%.*s'", (int)sizeof(want) - 1,
+              dst->am_data);
+        am = dst->am_count;
+        memset(dst->am_data, 0, sizeof(dst->am_data));
+    }
+    st = uct_ep_am_zcopy(ep, AM_ID, want, 8, iov, 4, 0, &comp.uc);
     CHECK((st == UCS_OK) || (st == UCS_INPROGRESS), "am_zcopy of 4 iov: %s",
           ucs_status_string(st));
     wait_int(&dst->am_count, am + 1, "am_zcopy of 4 iov");
@@ -351,8 +385,8 @@ static void am_zcopy_gather(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
     if (st == UCS_INPROGRESS) {
         wait_int(&comp.done, 1, "am_zcopy of 4 iov: completion");
     }
-    printf("ok - am_zcopy gathers 4 iov entries (an empty one, one of count"
-           " 2), refuses a strided one\n");
+    printf("ok - am_zcopy and am_short_iov gather their iov entries (an empty"
+           " one, one of count 2), refuse a strided one\n");
 }
 
 /* uct_iface_params_t.am_alignment / am_align_offset: refused when
