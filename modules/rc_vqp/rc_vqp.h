@@ -84,6 +84,10 @@ typedef struct uct_rc_vqp_rx_desc {
  * same; rc_mlx5 offers a handful. */
 #define UCT_RC_VQP_AM_MAX_IOV 8
 
+/* Bytes after a bounce buffer's max_bcopy: a pack callback that returns a
+ * little more than max_bcopy (refused) wrote nothing of another buffer. */
+#define UCT_RC_VQP_BCOPY_SLACK 64
+
 /* The largest header of am_zcopy (uct_iface_attr_t.cap.am.max_hdr). */
 #define UCT_RC_VQP_AM_MAX_HDR(_seg_size) ucs_min((_seg_size) / 2, 128ul)
 

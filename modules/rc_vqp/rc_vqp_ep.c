@@ -410,6 +410,22 @@ ucs_status_t uct_rc_vqp_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     return uct_rc_vqp_ep_post(ep, &wr);
 }
 
+/* What a pack callback returned, against the bounce buffer it filled: more
+ * than max_bcopy would send the bytes after the buffer (other descriptors),
+ * so it is refused (UCT_IFACE_FLAG_ERRHANDLE_BCOPY_LEN). The buffer has
+ * UCT_RC_VQP_BCOPY_SLACK bytes more, so a callback that wrote a little
+ * beyond max_bcopy overwrote nothing else. */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_check_packed(
+    uct_rc_vqp_iface_t *iface, const char *what, size_t length)
+{
+    if (ucs_likely(length <= iface->seg_size)) {
+        return UCS_OK;
+    }
+    ucs_error("rc_vqp: %s packed length %zu is more than max_bcopy %zu", what,
+              length, iface->seg_size);
+    return UCS_ERR_INVALID_PARAM;
+}
+
 ssize_t uct_rc_vqp_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
                                 void *arg, uint64_t remote_addr,
                                 uct_rkey_t rkey)
@@ -425,6 +441,12 @@ ssize_t uct_rc_vqp_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
         return UCS_ERR_NO_RESOURCE;
     }
     length = pack_cb(desc + 1, arg);
+    status =
+        uct_rc_vqp_check_packed(UCT_RC_VQP_EP_IFACE(ep), "put_bcopy", length);
+    if (ucs_unlikely(status != UCS_OK)) {
+        ucs_mpool_put(desc);
+        return status;
+    }
     uct_rc_vqp_wr_init(&wr, VQP_OP_WRITE, uct_rc_vqp_desc_wr_id(desc),
                        VQP_SEND_SIGNALED, desc + 1, length, desc->lkey,
                        remote_addr, rkey);
@@ -646,6 +668,12 @@ ssize_t uct_rc_vqp_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
         return UCS_ERR_NO_RESOURCE;
     }
     length = pack_cb(desc + 1, arg);
+    status =
+        uct_rc_vqp_check_packed(UCT_RC_VQP_EP_IFACE(ep), "am_bcopy", length);
+    if (ucs_unlikely(status != UCS_OK)) {
+        ucs_mpool_put(desc);
+        return status;
+    }
     uct_rc_vqp_wr_init(&wr, VQP_OP_SEND_IMM, uct_rc_vqp_desc_wr_id(desc),
                        VQP_SEND_SIGNALED, desc + 1, length, desc->lkey, 0, 0);
     wr.imm = uct_rc_vqp_ep_am_imm(ep, id);

@@ -362,6 +362,7 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
                       UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                       UCT_IFACE_FLAG_ERRHANDLE_ZCOPY_BUF |
                       UCT_IFACE_FLAG_ERRHANDLE_REMOTE_MEM |
+                      UCT_IFACE_FLAG_ERRHANDLE_BCOPY_LEN |
                       UCT_IFACE_FLAG_EP_CHECK;
     if (dev_attr.comp_events) {
         /* One arm serves every kind: a signaled receive wakes a sleeper
@@ -716,8 +717,9 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->ep_addr_len               = vqp_address_size_for(&self->vqp_params);
 
     status = ucs_mpool_init(&self->tx_mp, sizeof(void *),
-                            sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size, 0,
-                            UCS_SYS_CACHE_LINE_SIZE, 128, UINT_MAX,
+                            sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size +
+                                UCT_RC_VQP_BCOPY_SLACK,
+                            0, UCS_SYS_CACHE_LINE_SIZE, 128, UINT_MAX,
                             &uct_rc_vqp_tx_mp_ops, "rc_vqp_tx");
     if (status != UCS_OK) {
         goto err_cq;

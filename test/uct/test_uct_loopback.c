@@ -256,6 +256,15 @@ static size_t pack_cb(void *dest, void *arg)
     return 16;
 }
 
+/* A pack callback that writes and returns @a arg (a size_t) bytes. */
+static size_t pack_n_cb(void *dest, void *arg)
+{
+    size_t n = *(const size_t *)arg;
+
+    memset(dest, 0x5c, n);
+    return n;
+}
+
 /* Arguments UCT refuses (UCS_ERR_INVALID_PARAM), each before anything is
  * sent: an AM id beyond UCT_AM_ID_MAX (which the receiver would mask into
  * another id), an am_zcopy header beyond max_hdr, a put_short beyond
@@ -289,6 +298,23 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
                           (uintptr_t)rbuf, rkey);
     CHECK(st == UCS_ERR_INVALID_PARAM, "put_short of max_short + 1: %s",
           ucs_status_string(st));
+    /* A pack callback that returned max_bcopy + 1 (and wrote as much: the
+     * buffer has room for a little more): refused, nothing sent
+     * (UCT_IFACE_FLAG_ERRHANDLE_BCOPY_LEN). */
+    CHECK(src->attr.cap.flags & UCT_IFACE_FLAG_ERRHANDLE_BCOPY_LEN,
+          "flags 0x%lx", (unsigned long)src->attr.cap.flags);
+    {
+        size_t over = src->attr.cap.am.max_bcopy + 1;
+
+        len = uct_ep_am_bcopy(ep, AM_ID, pack_n_cb, &over, 0);
+        CHECK(len == UCS_ERR_INVALID_PARAM, "am_bcopy of max_bcopy + 1: %zd",
+              len);
+        over = src->attr.cap.put.max_bcopy + 1;
+        memset(rbuf, 0, 16);
+        len = uct_ep_put_bcopy(ep, pack_n_cb, &over, (uintptr_t)rbuf, rkey);
+        CHECK(len == UCS_ERR_INVALID_PARAM, "put_bcopy of max_bcopy + 1: %zd",
+              len);
+    }
     /* far beyond: refused before anything is gathered on the stack */
     st = uct_ep_am_short(ep, AM_ID, 0, lbuf, 1u << 30);
     CHECK(st == UCS_ERR_INVALID_PARAM, "am_short of 1 GiB: %s",
@@ -316,6 +342,7 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
     CHECK((dst->am0_count == am0) && (dst->am_count == am),
           "a refused AM arrived (id 0: %d, id %d: %d)", dst->am0_count - am0,
           AM_ID, dst->am_count - am);
+    CHECK(rbuf[0] == 0, "a refused put_bcopy wrote 0x%x", (uint8_t)rbuf[0]);
     exchange(ep, dst, lbuf, lmemh, rbuf, rkey, "endpoint after bad arguments");
 }
 
