@@ -537,8 +537,8 @@ ucs_status_t uct_rc_vqp_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
 
 /* An AM whose message (header and payload, @a length bytes, checked) is in
  * @a data: inline, posted within the call. */
-static ucs_status_t uct_rc_vqp_ep_am_inline(uct_rc_vqp_ep_t *ep, uint8_t id,
-                                            const void *data, unsigned length)
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_am_inline(
+    uct_rc_vqp_ep_t *ep, uint8_t id, const void *data, unsigned length)
 {
     ucs_status_t status;
     vqp_send_wr_t wr;
