@@ -727,6 +727,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->tx_mp) = self;
 
     self->rx_limited = (config->rx_max_bufs != -1);
+    self->rx_missing = 0;
     rx_max = self->rx_limited ? (unsigned)config->rx_max_bufs : UINT_MAX;
     status = ucs_mpool_init(&self->rx_mp, sizeof(void *),
                             payload_offset + self->seg_size, am_align_offset,
