@@ -152,7 +152,7 @@ static UCS_F_ALWAYS_INLINE int vqp_pqp_has_room(const vqp_pqp_t *pqp)
 }
 
 /* Room for a signaled NOP (or hole filler) that lets tracked WQEs complete:
- * it may use the entries reserved per QP for that. */
+ * it may use the CQ's entries kept for covers (cover_reserve). */
 static UCS_F_ALWAYS_INLINE int vqp_pqp_has_cover_room(const vqp_pqp_t *pqp)
 {
     return vqp_pqp_has_slot(pqp) && vqp_cdev_has_cover_credit(pqp->cdev);
