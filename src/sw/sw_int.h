@@ -26,7 +26,7 @@
  * 7 staging ring; 8 64 Ki QPs (16-bit slots) and a 4 GiB arena;
  * 9 out_of_buffer. */
 #define VQP_SW_MAGIC       0x7671707377646576ull /* "vqpswdev" */
-#define VQP_SW_VERSION     9u
+#define VQP_SW_VERSION     10u
 #define VQP_SW_MAX_QP      65536u
 #define VQP_SW_QP_BITS     16u
 #define VQP_SW_MAX_CQ      512u
@@ -79,12 +79,17 @@
 #define VQP_SW_QPT_UD 1u
 
 /* Memory region entry, readable by peers. key 0 marks a free slot. A reader
- * re-reads the key after the fields to detect a concurrent dereg. */
+ * re-reads the key after the fields to detect a concurrent dereg. users
+ * counts a peer's accesses in progress outside the owner's lock (one-sided
+ * data movement): dereg waits for them, as an HCA touches no region after
+ * ibv_dereg_mr returned (vqp_sw_mr_access_begin). */
 typedef struct vqp_sw_shm_mr {
     uint32_t key;
     uint32_t access;
     uint64_t addr;
     uint64_t length;
+    int32_t users;
+    uint32_t reserved;
 } vqp_sw_shm_mr_t;
 
 /* Per-QP state a peer needs. Fields a peer writes are marked. */
@@ -499,6 +504,37 @@ void vqp_sw_idle_forked(void);
  * access rights; 0 on success, or the failing rule for the log. */
 const char *vqp_sw_mr_check(const vqp_sw_shm_t *shm, uint32_t key,
                             uint64_t addr, uint64_t len, unsigned access);
+
+/* vqp_sw_mr_check for an access that moves data after the check without
+ * the owner's lock: on success the region's slot counts the access until
+ * vqp_sw_mr_access_end, so that a dereg (which clears the key, then waits
+ * for the count) cannot return while the data still moves. Counting before
+ * the key is read, and the dereg clearing the key before reading the count,
+ * means one of the two sees the other (both sequentially consistent). */
+static inline const char *vqp_sw_mr_access_begin(vqp_sw_shm_t *shm,
+                                                 uint32_t key, uint64_t addr,
+                                                 uint64_t len, unsigned access)
+{
+    vqp_sw_shm_mr_t *ent = &shm->mr[key & (VQP_SW_MAX_MR - 1)];
+    const char *why;
+
+    __atomic_add_fetch(&ent->users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&ent->key, __ATOMIC_SEQ_CST) != key) {
+        why = "key not registered";
+    } else {
+        why = vqp_sw_mr_check(shm, key, addr, len, access);
+    }
+    if (why != NULL) {
+        __atomic_sub_fetch(&ent->users, 1, __ATOMIC_RELEASE);
+    }
+    return why;
+}
+
+static inline void vqp_sw_mr_access_end(vqp_sw_shm_t *shm, uint32_t key)
+{
+    __atomic_sub_fetch(&shm->mr[key & (VQP_SW_MAX_MR - 1)].users, 1,
+                       __ATOMIC_RELEASE);
+}
 
 /* Resolves a receive WQE's scatter list (ends at MLX5_INVALID_LKEY or
  * @a n_segs entries) in @a shm's MR table for a @a len-byte message into

@@ -10,9 +10,11 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 #include <ucs/sys/sys.h>
+#include <ucs/time/time.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -290,23 +292,71 @@ ucs_status_t vqp_sw_mr_reg(vqp_sw_dev_t *dev, void *addr, size_t length,
                              mr_p, lkey_p, rkey_p);
 }
 
-static ucs_status_t vqp_sw_mr_dereg_locked(vqp_sw_mr_t *mr)
+/* Dereg in three steps: the key goes (no new access passes the check),
+ * the accesses already past it end, then the slot is free for another
+ * registration (not before: the wait counts accesses per slot). */
+static ucs_status_t vqp_sw_mr_revoke_locked(vqp_sw_mr_t *mr)
 {
     if (mr == NULL) {
         ucs_error("vqp_sw: mr_dereg(NULL)");
         return UCS_ERR_INVALID_PARAM;
     }
-    /* Key first: a reader that saw the old key re-checks it afterwards. */
-    __atomic_store_n(&mr->dev->shm->mr[mr->index].key, 0, __ATOMIC_RELEASE);
+    /* Key first: a reader that saw the old key re-checks it afterwards;
+     * sequentially consistent against vqp_sw_mr_access_begin's count. */
+    __atomic_store_n(&mr->dev->shm->mr[mr->index].key, 0, __ATOMIC_SEQ_CST);
+    return UCS_OK;
+}
+
+static ucs_status_t vqp_sw_mr_release_locked(vqp_sw_mr_t *mr)
+{
     mr->dev->mrs[mr->index] = NULL;
     mr->dev->mr_free        = ucs_min(mr->dev->mr_free, mr->index);
-    free(mr);
     return UCS_OK;
+}
+
+/* How long a dereg waits for a peer's access to its region to end before
+ * it takes the peer for dead in the middle of it. */
+#define VQP_SW_MR_DRAIN_TIMEOUT_SEC 1.0
+
+/* Waits until no peer moves data under the slot's key any more. A transfer
+ * is one syscall; an access still counted after the timeout was left by a
+ * process that died in it (its count is dropped, with a warning). */
+static void vqp_sw_mr_drain(vqp_sw_dev_t *dev, uint32_t index)
+{
+    vqp_sw_shm_mr_t *ent = &dev->shm->mr[index];
+    ucs_time_t deadline  = 0;
+    int32_t users;
+
+    while ((users = __atomic_load_n(&ent->users, __ATOMIC_SEQ_CST)) > 0) {
+        if (deadline == 0) {
+            deadline =
+                ucs_get_time() + ucs_time_from_sec(VQP_SW_MR_DRAIN_TIMEOUT_SEC);
+        } else if (ucs_get_time() > deadline) {
+            ucs_warn("vqp_sw %s: memory region slot %u: %d peer access(es) "
+                     "still counted after %.0f s (a peer that died during a "
+                     "transfer?); deregistered without them",
+                     dev->name, index, users, VQP_SW_MR_DRAIN_TIMEOUT_SEC);
+            __atomic_sub_fetch(&ent->users, users, __ATOMIC_SEQ_CST);
+            return;
+        }
+        sched_yield();
+    }
 }
 
 ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr)
 {
-    return VQP_SW_LOCKED(vqp_sw_mr_dereg_locked(mr));
+    ucs_status_t status;
+
+    status = VQP_SW_LOCKED(vqp_sw_mr_revoke_locked(mr));
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* Outside the device lock: a peer's access takes no lock of ours, and
+     * our own engine may need the lock to finish one. */
+    vqp_sw_mr_drain(mr->dev, mr->index);
+    (void)VQP_SW_LOCKED(vqp_sw_mr_release_locked(mr));
+    free(mr);
+    return UCS_OK;
 }
 
 const char *vqp_sw_mr_check(const vqp_sw_shm_t *shm, uint32_t key,

@@ -15,7 +15,9 @@
 
 /* rkey + bounds + rights at the target, and the target QP's own rights.
  * On failure the target QP is told to enter ERROR, as a ConnectX responder
- * does on an access violation. */
+ * does on an access violation. On success an access of @a len > 0 bytes is
+ * counted in the region until vqp_sw_req_rkey_done (the target's dereg
+ * waits for it). */
 static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
                                   uint64_t raddr, uint32_t rkey, uint64_t len,
                                   unsigned access)
@@ -30,7 +32,7 @@ static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
     if ((tqp->access & access) != access) {
         why = "target QP lacks the remote access right";
     } else {
-        why = vqp_sw_mr_check(qp->peer->shm, rkey, raddr, len, access);
+        why = vqp_sw_mr_access_begin(qp->peer->shm, rkey, raddr, len, access);
     }
     if (why == NULL) {
         return true;
@@ -40,6 +42,13 @@ static bool vqp_sw_req_check_rkey(vqp_sw_qp_t *qp, vqp_sw_shm_qp_t *tqp,
               qp->dev->name, qp->qpn, qp->sq_ci, raddr, len, rkey, why);
     vqp_sw_peer_remote_err(qp, tqp, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
     return false;
+}
+
+static void vqp_sw_req_rkey_done(vqp_sw_qp_t *qp, uint32_t rkey, uint64_t len)
+{
+    if (len != 0) {
+        vqp_sw_mr_access_end(qp->peer->shm, rkey);
+    }
 }
 
 static vqp_sw_req_result_t vqp_sw_req_xfer_err(vqp_sw_qp_t *qp,
@@ -76,11 +85,13 @@ vqp_sw_req_result_t vqp_sw_req_rdma(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     }
     if (vqp_sw_small_conflict(qp, w->raddr, w->len)) {
         /* An earlier small SEND's payload is still to land there. */
+        vqp_sw_req_rkey_done(qp, w->rkey, w->len);
         return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
     }
     riov.iov_base = (void *)(uintptr_t)w->raddr;
     riov.iov_len  = w->len;
     err = vqp_sw_xfer(qp->peer->pid, !is_read, w->iov, w->n_iov, &riov, 1);
+    vqp_sw_req_rkey_done(qp, w->rkey, w->len);
     if (err != 0) {
         return vqp_sw_req_xfer_err(qp, w, err);
     }
@@ -132,6 +143,7 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
         return vqp_sw_req_fail(qp, w, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
     }
     if (vqp_sw_small_conflict(qp, w->raddr, size)) {
+        vqp_sw_req_rkey_done(qp, w->rkey, size);
         return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
     }
     liov.iov_base = (size == 4) ? (void *)&old32 : (void *)&old64;
@@ -141,6 +153,7 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
     /* Atomic among all device atomics on the target: its lock serialises
      * the read-modify-write. Remote memory holds host byte order. */
     if (!vqp_sw_trylock(qp->peer->shm)) {
+        vqp_sw_req_rkey_done(qp, w->rkey, size);
         return vqp_sw_req_stall(qp, w, VQP_SW_STALL_BUSY);
     }
     err = vqp_sw_xfer(qp->peer->pid, false, &liov, 1, &riov, 1);
@@ -158,6 +171,7 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
             changed ? vqp_sw_xfer(qp->peer->pid, true, &liov, 1, &riov, 1) : 0;
     }
     vqp_sw_unlock(qp->peer->shm);
+    vqp_sw_req_rkey_done(qp, w->rkey, size);
     if (err != 0) {
         return vqp_sw_req_xfer_err(qp, w, err);
     }
@@ -190,8 +204,8 @@ vqp_sw_req_result_t vqp_sw_req_atomic(vqp_sw_qp_t *qp, vqp_sw_wqe_t *w)
 unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
 {
     struct iovec riov[VQP_SW_RUN_MAX];
-    unsigned i, nr = 0, nl = 0, last_l = 0;
-    bool last_alone = false;
+    unsigned i, j, nr = 0, nl = 0, last_l = 0;
+    bool last_alone = false, ok;
     vqp_sw_shm_qp_t *tqp;
     uint64_t raddr, len;
     vqp_sw_run_t run;
@@ -207,10 +221,10 @@ unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
         if (run.ent[i].len == 0) {
             continue;
         }
-        if ((vqp_sw_mr_check(qp->peer->shm, run.ent[i].rkey, run.ent[i].raddr,
-                             run.ent[i].len,
-                             IBV_ACCESS_REMOTE_WRITE) != NULL) ||
-            vqp_sw_small_conflict(qp, run.ent[i].raddr, run.ent[i].len)) {
+        if (vqp_sw_small_conflict(qp, run.ent[i].raddr, run.ent[i].len) ||
+            (vqp_sw_mr_access_begin(qp->peer->shm, run.ent[i].rkey,
+                                    run.ent[i].raddr, run.ent[i].len,
+                                    IBV_ACCESS_REMOTE_WRITE) != NULL)) {
             break;
         }
         raddr = run.ent[i].raddr;
@@ -242,8 +256,12 @@ unsigned vqp_sw_req_write_run(vqp_sw_qp_t *qp, uint16_t pi, unsigned budget)
     }
     /* A run with nothing to move still needs a live responder: leave it to
      * the one-by-one path, which waits for the acknowledgement. */
-    if ((i == 0) || ((nr == 0) && !vqp_sw_peer_alive(qp->peer, qp->dev->pid)) ||
-        (vqp_sw_xfer(qp->peer->pid, true, run.liov, nl, riov, nr) != 0)) {
+    ok = (i > 0) && ((nr > 0) || vqp_sw_peer_alive(qp->peer, qp->dev->pid)) &&
+         (vqp_sw_xfer(qp->peer->pid, true, run.liov, nl, riov, nr) == 0);
+    for (j = 0; j < i; ++j) {
+        vqp_sw_req_rkey_done(qp, run.ent[j].rkey, run.ent[j].len);
+    }
+    if (!ok) {
         return 0;
     }
     vqp_sw_req_run_complete(qp, &run, i);

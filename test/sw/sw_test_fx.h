@@ -8,6 +8,8 @@
 
 #include "sw_test_util.h"
 
+#include "sw/sw_int.h" /* the MR table's access counts */
+
 #include <stdlib.h>
 
 #define FX_BUF 8192
@@ -55,6 +57,14 @@ static inline int fx_init(fx_t *f, uint32_t sq, uint32_t rq, uint8_t rnr_retry,
     return 0;
 }
 
+/* Accesses of a peer still counted in a region of @a dev (between
+ * vqp_sw_mr_access_begin and _end): none once the engine is idle. */
+static inline int fx_mr_users(vqp_sw_dev_t *dev, uint32_t key)
+{
+    return __atomic_load_n(&dev->shm->mr[key & (VQP_SW_MAX_MR - 1)].users,
+                           __ATOMIC_ACQUIRE);
+}
+
 static inline void fx_fini(fx_t *f)
 {
     int i;
@@ -62,6 +72,13 @@ static inline void fx_fini(fx_t *f)
     for (i = 0; i < 2; ++i) {
         if (f->devs[i] == NULL) {
             continue;
+        }
+        /* Every path of the engine that counted an access ended it: a
+         * leaked count would make each later dereg of the slot wait. */
+        if ((f->mr[i] != NULL) && (fx_mr_users(f->devs[i], f->rkey[i]) != 0)) {
+            fprintf(stderr, "fixture region %d: %d accesses still counted\n", i,
+                    fx_mr_users(f->devs[i], f->rkey[i]));
+            abort();
         }
         if (f->qp[i].qp != NULL) {
             vqp_sw_qp_destroy(f->qp[i].qp);

@@ -14,6 +14,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <ucs/time/time.h>
 
 static vqp_sw_dev_t *dev;
 
@@ -122,6 +125,99 @@ static void test_too_many_mrs(void **state)
                      UCS_OK);
     assert_int_equal(lkey & (attr.max_mr - 1), attr.max_mr - 1);
     free(mrs); /* the rest go with the device */
+}
+
+typedef struct {
+    vqp_sw_mr_t *mr;
+    int done;
+} dereg_arg_t;
+
+static void *dereg_thread(void *arg)
+{
+    dereg_arg_t *d = arg;
+
+    if (vqp_sw_mr_dereg(d->mr) == UCS_OK) {
+        __atomic_store_n(&d->done, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* A peer's access that passed the key check (one-sided data moving
+ * without the owner's lock) holds off the region's dereg, as an HCA does
+ * not touch a region after ibv_dereg_mr returned; meanwhile the key is
+ * refused and the slot not reused. */
+static void test_dereg_waits_for_access(void **state)
+{
+    static char buf[4096] __attribute__((aligned(64)));
+    const unsigned mask = VQP_SW_MAX_MR - 1;
+    uint32_t lkey, key, key2, other;
+    dereg_arg_t d = {0};
+    vqp_sw_mr_t *mr2;
+    pthread_t thread;
+
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), SW_TEST_ACCESS_ALL,
+                                   &d.mr, &lkey, &key),
+                     UCS_OK);
+    assert_null(vqp_sw_mr_access_begin(dev->shm, key, (uintptr_t)buf + 64, 8,
+                                       IBV_ACCESS_REMOTE_WRITE));
+    /* A refused access is not counted. */
+    assert_non_null(vqp_sw_mr_access_begin(dev->shm, key, (uintptr_t)buf, 8192,
+                                           IBV_ACCESS_REMOTE_WRITE));
+    assert_int_equal(dev->shm->mr[key & mask].users, 1);
+
+    assert_int_equal(pthread_create(&thread, NULL, dereg_thread, &d), 0);
+    usleep(100000);
+    assert_int_equal(__atomic_load_n(&d.done, __ATOMIC_ACQUIRE), 0);
+    /* The key went before the wait: no new access passes. */
+    assert_string_equal(vqp_sw_mr_access_begin(dev->shm, key, (uintptr_t)buf, 8,
+                                               IBV_ACCESS_REMOTE_WRITE),
+                        "key not registered");
+    /* The slot is not free yet: another registration takes another. */
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), SW_TEST_ACCESS_ALL,
+                                   &mr2, &lkey, &other),
+                     UCS_OK);
+    assert_int_not_equal(other & mask, key & mask);
+    vqp_sw_mr_access_end(dev->shm, key);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_int_equal(d.done, 1);
+    assert_int_equal(dev->shm->mr[key & mask].users, 0);
+    /* Free now: the lowest free slot again, under a new key. */
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), SW_TEST_ACCESS_ALL,
+                                   &d.mr, &lkey, &key2),
+                     UCS_OK);
+    assert_int_equal(key2 & mask, key & mask);
+    assert_int_not_equal(key2, key);
+    assert_int_equal(vqp_sw_mr_dereg(mr2), UCS_OK);
+    assert_int_equal(vqp_sw_mr_dereg(d.mr), UCS_OK);
+}
+
+/* An access never ended (its process died in the transfer) holds a dereg
+ * for a bounded time only, with a warning; the slot is usable after. */
+static void test_dereg_dead_accessor(void **state)
+{
+    static char buf[64];
+    ucs_time_t start;
+    uint32_t lkey, key, key2;
+    vqp_sw_mr_t *mr;
+    double waited;
+
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), SW_TEST_ACCESS_ALL,
+                                   &mr, &lkey, &key),
+                     UCS_OK);
+    assert_null(vqp_sw_mr_access_begin(dev->shm, key, (uintptr_t)buf, 8,
+                                       IBV_ACCESS_REMOTE_READ));
+    start = ucs_get_time();
+    assert_int_equal(vqp_sw_mr_dereg(mr), UCS_OK);
+    waited = ucs_time_to_sec(ucs_get_time() - start);
+    assert_true(waited >= 0.9);
+    assert_true(sw_test_log_has("1 peer access(es) still counted"));
+    assert_int_equal(dev->shm->mr[key & (VQP_SW_MAX_MR - 1)].users, 0);
+    assert_int_equal(vqp_sw_mr_reg(dev, buf, sizeof(buf), SW_TEST_ACCESS_ALL,
+                                   &mr, &lkey, &key2),
+                     UCS_OK);
+    start = ucs_get_time();
+    assert_int_equal(vqp_sw_mr_dereg(mr), UCS_OK);
+    assert_true(ucs_time_to_sec(ucs_get_time() - start) < 0.5);
 }
 
 static void test_too_many_cqs_srqs_qps(void **state)
@@ -261,7 +357,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_null_and_bad_args),     T(test_too_many_mrs),
         T(test_too_many_cqs_srqs_qps), T(test_too_many_peers),
-        T(test_arena_reuse),
+        T(test_arena_reuse),           T(test_dereg_waits_for_access),
+        T(test_dereg_dead_accessor),
     };
     int ret;
 #undef T
