@@ -43,6 +43,10 @@ typedef struct uct_rc_vqp_memh {
     uint32_t rkey;
     uintptr_t address; /* the registered range, which am_zcopy checks */
     size_t length;
+    /* Uncached registrations only: the memory domain's record of the
+     * range, and the registration's number (memory invalidation). */
+    uct_rc_vqp_md_range_t *range;
+    uint64_t seq;
 } uct_rc_vqp_memh_t;
 
 typedef struct uct_rc_vqp_rkey_buf {

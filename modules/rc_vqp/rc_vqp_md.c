@@ -78,6 +78,63 @@ typedef struct uct_rc_vqp_rcache_region {
     uct_rc_vqp_memh_t memh;
 } uct_rc_vqp_rcache_region_t;
 
+/*
+ * Invalidation without the cache. Registrations of one range share a
+ * record (the cache would give them one region): an invalidation completes
+ * once its own registration and those of the same range made before it
+ * are gone, as the memory stays reachable through those. Later ones do not
+ * hold it (a buffer sent again and again would, for ever). Invalidations
+ * asked with no registration in between wait for the same ones: the first
+ * heads the others in its range's list.
+ */
+typedef struct uct_rc_vqp_md_inval {
+    ucs_list_link_t list; /* in its range's heads, or in its head's same */
+    ucs_list_link_t same; /* head: the others with its seq */
+    uint64_t seq;         /* head: waits for those numbered up to it */
+    unsigned waits;       /* head: how many of those are live */
+    uct_completion_t *comp;
+} uct_rc_vqp_md_inval_t;
+
+struct uct_rc_vqp_md_range {
+    uintptr_t address;
+    size_t length;
+    unsigned live;          /* registrations of the range */
+    ucs_list_link_t invals; /* heads, by seq */
+};
+
+static inline khint_t uct_rc_vqp_range_hash(uct_rc_vqp_range_key_t key)
+{
+    return kh_int64_hash_func(key.address ^
+                              (key.length * 0x9e3779b97f4a7c15ull));
+}
+
+static inline int uct_rc_vqp_range_equal(uct_rc_vqp_range_key_t a,
+                                         uct_rc_vqp_range_key_t b)
+{
+    return (a.address == b.address) && (a.length == b.length);
+}
+
+KHASH_IMPL(uct_rc_vqp_ranges, uct_rc_vqp_range_key_t, uct_rc_vqp_md_range_t *,
+           1, uct_rc_vqp_range_hash, uct_rc_vqp_range_equal);
+
+/* Invokes the completions of the heads in @a heads and of those behind
+ * them, and frees them. */
+static void uct_rc_vqp_md_complete(ucs_list_link_t *heads)
+{
+    uct_rc_vqp_md_inval_t *head, *inval, *tmp;
+
+    while (!ucs_list_is_empty(heads)) {
+        head = ucs_list_extract_head(heads, uct_rc_vqp_md_inval_t, list);
+        ucs_list_for_each_safe(inval, tmp, &head->same, list)
+        {
+            uct_invoke_completion(inval->comp, UCS_OK);
+            ucs_free(inval);
+        }
+        uct_invoke_completion(head->comp, UCS_OK);
+        ucs_free(head);
+    }
+}
+
 /* Read before any config object exists (UCT asks for MD resources first). */
 static uct_rc_vqp_sw_mode_t uct_rc_vqp_sw_mode(void)
 {
@@ -147,6 +204,7 @@ uct_rc_vqp_query_md_resources(uct_component_t *component,
 static void uct_rc_vqp_md_close(uct_md_h uct_md)
 {
     uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
+    uct_rc_vqp_md_range_t *range;
     ucs_status_t status;
 
     if (md->rcache != NULL) {
@@ -154,6 +212,17 @@ static void uct_rc_vqp_md_close(uct_md_h uct_md)
         ucs_rcache_destroy(md->rcache);
     }
     status = vqp_dev_close(md->dev);
+    /* Registrations never released went with the device, and with them
+     * the last way to the memory of the invalidations waiting for them. */
+    kh_foreach_value(&md->ranges, range, {
+        ucs_diag("rc_vqp: memory domain closed with %u registration(s) of "
+                 "%p+%zu",
+                 range->live, (void *)range->address, range->length);
+        uct_rc_vqp_md_complete(&range->invals);
+        ucs_free(range);
+    });
+    kh_destroy_inplace(uct_rc_vqp_ranges, &md->ranges);
+    ucs_spinlock_destroy(&md->lock);
     if (status != UCS_OK) {
         ucs_warn("rc_vqp: closing device with objects still alive: %s",
                  ucs_status_string(status));
@@ -166,8 +235,8 @@ static ucs_status_t uct_rc_vqp_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     uct_rc_vqp_md_t *md = ucs_derived_of(uct_md, uct_rc_vqp_md_t);
 
     memset(attr, 0, sizeof(*attr));
-    attr->cap.flags =
-        UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
+    attr->cap.flags = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH |
+                      UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_INVALIDATE;
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.max_reg          = ULONG_MAX;
@@ -194,6 +263,102 @@ static ucs_status_t uct_rc_vqp_memh_reg(uct_rc_vqp_md_t *md, void *address,
                           UCT_RC_VQP_MR_ACCESS |
                               (hide_errors ? VQP_DEV_MR_HIDE_ERRORS : 0),
                           &memh->mr, &memh->lkey, &memh->rkey);
+}
+
+/* Under the lock: @a memh leaves its range; the invalidations it held
+ * back and are free now move to @a done. */
+static void uct_rc_vqp_md_unlink(uct_rc_vqp_md_t *md, uct_rc_vqp_memh_t *memh,
+                                 ucs_list_link_t *done)
+{
+    uct_rc_vqp_md_range_t *range = memh->range;
+    uct_rc_vqp_md_inval_t *head, *tmp;
+
+    --range->live;
+    ucs_list_for_each_safe(head, tmp, &range->invals, list)
+    {
+        if ((memh->seq <= head->seq) && (--head->waits == 0)) {
+            ucs_list_del(&head->list);
+            ucs_list_add_tail(done, &head->list);
+        }
+    }
+}
+
+/* Under the lock: the invalidation of @a memh (already unlinked) completes
+ * at once unless registrations of its range are live. */
+static void uct_rc_vqp_md_invalidate(uct_rc_vqp_md_t *md,
+                                     const uct_rc_vqp_memh_t *memh,
+                                     uct_rc_vqp_md_inval_t *inval,
+                                     ucs_list_link_t *done)
+{
+    uct_rc_vqp_md_range_t *range = memh->range;
+    uct_rc_vqp_md_inval_t *last;
+
+    ucs_list_head_init(&inval->same);
+    inval->seq   = md->reg_seq; /* every live one is older */
+    inval->waits = range->live;
+    ucs_debug("rc_vqp: invalidated %p+%zu key 0x%x, %u other registration(s) "
+              "of the range live",
+              (void *)memh->address, memh->length, memh->rkey, range->live);
+    if (range->live == 0) {
+        ucs_list_add_tail(done, &inval->list);
+        return;
+    }
+    if (!ucs_list_is_empty(&range->invals)) {
+        last = ucs_list_tail(&range->invals, uct_rc_vqp_md_inval_t, list);
+        if (last->seq == inval->seq) {
+            ucs_list_add_tail(&last->same, &inval->list);
+            return;
+        }
+    }
+    ucs_list_add_tail(&range->invals, &inval->list);
+}
+
+/* Under the lock: @a memh joins the record of its range. */
+static ucs_status_t uct_rc_vqp_md_link(uct_rc_vqp_md_t *md,
+                                       uct_rc_vqp_memh_t *memh)
+{
+    uct_rc_vqp_range_key_t key = {memh->address, memh->length};
+    uct_rc_vqp_md_range_t *range;
+    khiter_t iter;
+    int ret;
+
+    iter = kh_put(uct_rc_vqp_ranges, &md->ranges, key, &ret);
+    if (ret == UCS_KH_PUT_FAILED) {
+        return UCS_ERR_NO_MEMORY;
+    } else if (ret == UCS_KH_PUT_KEY_PRESENT) {
+        range = kh_val(&md->ranges, iter);
+    } else {
+        range = ucs_malloc(sizeof(*range), "rc_vqp_range");
+        if (range == NULL) {
+            kh_del(uct_rc_vqp_ranges, &md->ranges, iter);
+            return UCS_ERR_NO_MEMORY;
+        }
+        range->address = memh->address;
+        range->length  = memh->length;
+        range->live    = 0;
+        ucs_list_head_init(&range->invals);
+        kh_val(&md->ranges, iter) = range;
+    }
+    ++range->live;
+    memh->range = range;
+    memh->seq   = ++md->reg_seq;
+    return UCS_OK;
+}
+
+/* Under the lock: a range without registrations has no invalidation
+ * waiting either (each waits for live ones); its record goes. */
+static void uct_rc_vqp_md_range_put(uct_rc_vqp_md_t *md,
+                                    uct_rc_vqp_md_range_t *range)
+{
+    uct_rc_vqp_range_key_t key = {range->address, range->length};
+
+    if (range->live > 0) {
+        return;
+    }
+    ucs_assert(ucs_list_is_empty(&range->invals));
+    kh_del(uct_rc_vqp_ranges, &md->ranges,
+           kh_get(uct_rc_vqp_ranges, &md->ranges, key));
+    ucs_free(range);
 }
 
 static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
@@ -226,7 +391,56 @@ static ucs_status_t uct_rc_vqp_mem_reg(uct_md_h uct_md, void *address,
         ucs_free(memh);
         return status;
     }
+    ucs_spin_lock(&md->lock);
+    status = uct_rc_vqp_md_link(md, memh);
+    ucs_spin_unlock(&md->lock);
+    if (status != UCS_OK) {
+        ucs_error("rc_vqp: out of memory registering %p+%zu", address, length);
+        vqp_dev_mr_dereg(memh->mr);
+        ucs_free(memh);
+        return status;
+    }
     *memh_p = memh;
+    return UCS_OK;
+}
+
+static void uct_rc_vqp_rcache_invalidated(void *arg)
+{
+    uct_invoke_completion(arg, UCS_OK);
+}
+
+/* UCX's own checks (UCT_MD_MEM_DEREG_CHECK_PARAMS) are compiled only with
+ * parameter checking; these are always on. A diag line: UCX's tests pass
+ * bad parameters on purpose and count error lines as failures. */
+static ucs_status_t
+uct_rc_vqp_mem_dereg_check(const uct_md_mem_dereg_params_t *params,
+                           unsigned *flags_p, uct_completion_t **comp_p)
+{
+    uct_mem_h memh =
+        UCT_MD_MEM_DEREG_FIELD_VALUE(params, memh, FIELD_MEMH, NULL);
+    unsigned flags =
+        UCT_MD_MEM_DEREG_FIELD_VALUE(params, flags, FIELD_FLAGS, 0);
+    uct_completion_t *comp =
+        UCT_MD_MEM_DEREG_FIELD_VALUE(params, comp, FIELD_COMPLETION, NULL);
+
+    if (memh == NULL) {
+        ucs_diag("rc_vqp: mem_dereg without a memory handle (field_mask "
+                 "0x%lx)",
+                 (unsigned long)params->field_mask);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (flags & ~UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
+        ucs_diag("rc_vqp: mem_dereg of %p with unknown flags 0x%x", memh,
+                 flags & ~UCT_MD_MEM_DEREG_FLAG_INVALIDATE);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if ((flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) && (comp == NULL)) {
+        ucs_diag("rc_vqp: mem_dereg of %p with INVALIDATE needs a completion",
+                 memh);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *flags_p = flags;
+    *comp_p  = comp;
     return UCS_OK;
 }
 
@@ -238,17 +452,53 @@ uct_rc_vqp_mem_dereg(uct_md_h uct_md, const uct_md_mem_dereg_params_t *params)
     uct_rc_vqp_memh_t *memh;
     ucs_status_t status;
 
-    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    uct_rc_vqp_md_inval_t *inval = NULL;
+    UCS_LIST_HEAD(done);
+    uct_completion_t *comp;
+    unsigned flags;
+
+    status = uct_rc_vqp_mem_dereg_check(params, &flags, &comp);
+    if (status != UCS_OK) {
+        return status;
+    }
     memh = params->memh;
     if (md->rcache != NULL) {
         /* The device registration stays until the memory is unmapped or
-         * the cache evicts it. */
+         * the cache evicts it; an invalidated one leaves the cache and
+         * completes once every user of it has put it (then deregistered:
+         * its key no longer passes, at the device's own guarantee). */
         region = ucs_container_of(memh, uct_rc_vqp_rcache_region_t, memh);
+        if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
+            ucs_debug("rc_vqp: invalidating cached region %p+%zu key 0x%x",
+                      (void *)memh->address, memh->length, memh->rkey);
+            ucs_rcache_region_invalidate(md->rcache, &region->super,
+                                         uct_rc_vqp_rcache_invalidated, comp);
+        }
         ucs_rcache_region_put(md->rcache, &region->super);
         return UCS_OK;
     }
+    if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
+        /* Before anything changes: out of memory leaves it registered. */
+        inval = ucs_malloc(sizeof(*inval), "rc_vqp_inval");
+        if (inval == NULL) {
+            ucs_error("rc_vqp: out of memory invalidating %p+%zu",
+                      (void *)memh->address, memh->length);
+            return UCS_ERR_NO_MEMORY;
+        }
+        inval->comp = comp;
+    }
+    ucs_spin_lock(&md->lock);
+    uct_rc_vqp_md_unlink(md, memh, &done);
+    if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
+        uct_rc_vqp_md_invalidate(md, memh, inval, &done);
+    }
+    uct_rc_vqp_md_range_put(md, memh->range);
+    ucs_spin_unlock(&md->lock);
+    /* Completions after the device dereg, which returns once no access
+     * through the key is in progress. */
     status = vqp_dev_mr_dereg(memh->mr);
     ucs_free(memh);
+    uct_rc_vqp_md_complete(&done);
     return status;
 }
 
@@ -415,9 +665,18 @@ static ucs_status_t uct_rc_vqp_md_open(uct_component_t *component,
         ucs_free(md);
         return status;
     }
+    kh_init_inplace(uct_rc_vqp_ranges, &md->ranges);
+    status = ucs_spinlock_init(&md->lock, 0);
+    if (status != UCS_OK) {
+        vqp_dev_close(md->dev);
+        ucs_free(md);
+        return status;
+    }
     status = uct_rc_vqp_md_rcache_init(
         md, ucs_derived_of(config, uct_rc_vqp_md_config_t));
     if (status != UCS_OK) {
+        kh_destroy_inplace(uct_rc_vqp_ranges, &md->ranges);
+        ucs_spinlock_destroy(&md->lock);
         vqp_dev_close(md->dev);
         ucs_free(md);
         return status;

@@ -6,7 +6,10 @@
 #define UCT_RC_VQP_MD_H_
 
 #include <uct/base/uct_md.h>
+#include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
 #include <ucs/memory/rcache.h>
+#include <ucs/type/spinlock.h>
 
 #define UCT_RC_VQP_NAME "rc_vqp"
 
@@ -27,6 +30,16 @@ typedef struct uct_rc_vqp_md_config {
     uct_md_rcache_config_t rcache; /* RCACHE_*: UCT's registration cache */
 } uct_rc_vqp_md_config_t;
 
+/* Registrations of one address range, without the cache (rc_vqp_md.c). */
+typedef struct uct_rc_vqp_md_range uct_rc_vqp_md_range_t;
+
+typedef struct uct_rc_vqp_range_key {
+    uintptr_t address;
+    size_t length;
+} uct_rc_vqp_range_key_t;
+
+KHASH_TYPE(uct_rc_vqp_ranges, uct_rc_vqp_range_key_t, uct_rc_vqp_md_range_t *);
+
 /* One memory domain per device (an HCA port or the software device), so
  * that memory keys and the interface's QPs share one protection domain. */
 typedef struct uct_rc_vqp_md {
@@ -38,6 +51,13 @@ typedef struct uct_rc_vqp_md {
      * RCACHE=n or UCM's memory events are unavailable. */
     ucs_rcache_t *rcache;
     ucs_linear_func_t reg_cost; /* md_attr.reg_cost */
+    /* Without the cache: the registrations by address range, with the
+     * invalidations that wait for registrations of theirs to go (the memory
+     * is reachable through those). Under the lock: UCP may register from
+     * any thread. */
+    ucs_spinlock_t lock;
+    khash_t(uct_rc_vqp_ranges) ranges;
+    uint64_t reg_seq;
 } uct_rc_vqp_md_t;
 
 extern uct_component_t uct_rc_vqp_component;

@@ -10,6 +10,7 @@
 #endif
 #include <ucs/debug/log_def.h>
 #include <uct/api/uct.h>
+#include <uct/api/v2/uct_v2.h>
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -1640,6 +1641,229 @@ static void access_errors(char *lbuf, uct_mem_h lmemh, char *rbuf,
     close_side(&d);
 }
 
+static uint32_t pack_inval_key(uct_md_h m, uct_mem_h memh)
+{
+    uct_md_mkey_pack_params_t params = {
+        .field_mask = UCT_MD_MKEY_PACK_FIELD_FLAGS,
+        .flags      = UCT_MD_MKEY_PACK_FLAG_INVALIDATE};
+    uint32_t key = 0;
+
+    CHECK_OK(uct_md_mkey_pack_v2(m, memh, &params, &key));
+    return key;
+}
+
+static void comp_init(test_comp_t *c)
+{
+    c->uc.func   = comp_cb;
+    c->uc.count  = 1;
+    c->uc.status = UCS_OK;
+    c->done      = 0;
+}
+
+static ucs_status_t dereg_invalidate(uct_md_h m, uct_mem_h memh, test_comp_t *c)
+{
+    uct_md_mem_dereg_params_t params = {
+        .field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH |
+                      UCT_MD_MEM_DEREG_FIELD_FLAGS |
+                      UCT_MD_MEM_DEREG_FIELD_COMPLETION,
+        .memh  = memh,
+        .flags = UCT_MD_MEM_DEREG_FLAG_INVALIDATE,
+        .comp  = &c->uc};
+
+    comp_init(c);
+    return uct_md_mem_dereg_v2(m, &params);
+}
+
+/* A new endpoint of @a s works (through @a live / @a klive), but its
+ * get_zcopy from @a tbuf under @a key is refused by the target: completes
+ * once with an error, the error handler runs once, the device says the key
+ * is not registered. */
+static void expect_key_dead(side_t *s, side_t *d, char *lb, uct_mem_h lmemh,
+                            char *live, uint32_t klive, char *tbuf,
+                            uint32_t key, const char *what)
+{
+    uct_iov_t iov = {.buffer = lb, .length = 256, .memh = lmemh, .count = 1};
+    uct_rkey_bundle_t bl, bk;
+    double deadline;
+    test_comp_t comp;
+    ucs_status_t st;
+    uct_ep_h ep;
+    int i;
+
+    CHECK_OK(uct_rkey_unpack(component, &klive, &bl));
+    CHECK_OK(uct_rkey_unpack(component, &key, &bk));
+    ep = ep_to_iface(s, d);
+    exchange(ep, d, lb, lmemh, live, bl.rkey, "endpoint before the get");
+    memset(acc.text, 0, sizeof(acc.text));
+    acc.calls = acc.logged = 0;
+    comp_init(&comp);
+    ucs_log_push_handler(access_log);
+    st = uct_ep_get_zcopy(ep, &iov, 1, (uintptr_t)tbuf, bk.rkey, &comp.uc);
+    CHECK(st == UCS_INPROGRESS, "%s: get_zcopy: %s", what,
+          ucs_status_string(st));
+    deadline = now() + 20;
+    while ((comp.done == 0) || (acc.calls == 0)) {
+        CHECK(now() < deadline, "%s: in 20 s, %d completions, %d errors", what,
+              comp.done, acc.calls);
+        uct_worker_progress(worker);
+    }
+    for (i = 0; i < 2000; ++i) {
+        uct_worker_progress(worker);
+    }
+    ucs_log_pop_handler();
+    CHECK((comp.done == 1) && UCS_STATUS_IS_ERR(comp.uc.status) &&
+              (acc.calls == 1),
+          "%s: %d completions (%s), error handler %d times", what, comp.done,
+          ucs_status_string(comp.uc.status), acc.calls);
+    CHECK(strstr(acc.text, "key not registered") != NULL,
+          "%s: the device did not refuse the key: '%s'", what, acc.text);
+    uct_ep_destroy(ep);
+    uct_rkey_release(component, &bl);
+    uct_rkey_release(component, &bk);
+    printf("ok - %s\n", what);
+}
+
+/* UCT_MD_FLAG_INVALIDATE (UCP requires it of rendezvous lanes connected
+ * to an interface address when errors are handled): the completion comes
+ * once the invalidated registration and the registrations of its range
+ * made before it are gone, never while their memory is reachable; after
+ * it, the key is refused. Later registrations do not hold it. Bad
+ * parameters are refused and leave the registration intact. With the
+ * registration cache (@a rcache "try") and without ("n"). */
+static void invalidation(const char *rcache)
+{
+    static const char *const cfg[] = {"FAILURE", "error", NULL};
+    const size_t len               = 65536;
+    uct_md_mem_dereg_params_t bad;
+    test_comp_t a, b, c, e, f;
+    uint32_t k1, k2, klive, k9;
+    uct_mem_h lmemh, mlive, m1, m2, m3, m4, m5, m6, m7, m8, m9;
+    uct_rkey_bundle_t bundle;
+    char *lb, *live, *tbuf;
+    uct_md_attr_t attr;
+    uct_md_h saved;
+    side_t s, d;
+    uct_ep_h ep;
+    int cached;
+
+    cached = strcmp(rcache, "n") != 0;
+    saved  = md;
+    CHECK_OK(open_md_with("RCACHE", rcache, &md));
+    CHECK_OK(uct_md_query(md, &attr));
+    CHECK(attr.cap.flags & UCT_MD_FLAG_INVALIDATE,
+          "RCACHE=%s: no UCT_MD_FLAG_INVALIDATE", rcache);
+    open_side(&d);
+    side_cfg         = cfg;
+    side_err_handler = access_err_cb;
+    open_side(&s);
+    side_err_handler = NULL;
+    side_cfg         = NULL;
+    lb               = aligned_alloc(4096, len);
+    live             = aligned_alloc(4096, len);
+    tbuf             = aligned_alloc(4096, len);
+    CHECK_OK(uct_md_mem_reg(md, lb, len, UCT_MD_MEM_ACCESS_ALL, &lmemh));
+    klive = reg_key(md, live, len, &mlive);
+
+    /* Two registrations of the range; the first is invalidated. */
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m1));
+    k1 = pack_inval_key(md, m1);
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m2));
+    k2 = pack_inval_key(md, m2);
+    CHECK(cached ? (k1 == k2) : (k1 != k2), "RCACHE=%s: keys 0x%x and 0x%x",
+          rcache, k1, k2);
+    CHECK_OK(uct_rkey_unpack(component, &k2, &bundle));
+    ep = ep_to_iface(&s, &d);
+    exchange(ep, &d, lb, lmemh, tbuf, bundle.rkey,
+             "invalidation: the key before");
+    uct_ep_destroy(ep);
+    CHECK_OK(dereg_invalidate(md, m1, &a));
+    CHECK(a.done == 0,
+          "RCACHE=%s: invalidation completed while another registration of "
+          "the range is live",
+          rcache);
+    if (!cached) {
+        /* The invalidated registration's own key is gone already. */
+        expect_key_dead(&s, &d, lb, lmemh, live, klive, tbuf, k1,
+                        "invalidation: the invalidated key is refused");
+    }
+    ep = ep_to_iface(&s, &d);
+    exchange(ep, &d, lb, lmemh, tbuf, bundle.rkey,
+             "invalidation: the range's other registration still works");
+    uct_ep_destroy(ep);
+    uct_rkey_release(component, &bundle);
+    CHECK_OK(uct_md_mem_dereg(md, m2));
+    CHECK(a.done == 1, "RCACHE=%s: invalidation completed %d times", rcache,
+          a.done);
+    expect_key_dead(&s, &d, lb, lmemh, live, klive, tbuf, k2,
+                    "invalidation: after the completion no key of the range "
+                    "works");
+
+    /* A registration made after the invalidation does not hold it. */
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m3));
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m4));
+    CHECK_OK(dereg_invalidate(md, m3, &b));
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m5));
+    CHECK(b.done == 0, "RCACHE=%s: completed before the older one went",
+          rcache);
+    CHECK_OK(uct_md_mem_dereg(md, m4));
+    CHECK(b.done == 1, "RCACHE=%s: held by a later registration (%d)", rcache,
+          b.done);
+    CHECK_OK(uct_md_mem_dereg(md, m5));
+    CHECK(b.done == 1, "RCACHE=%s: completed %d times", rcache, b.done);
+
+    /* Two invalidations waiting for one registration: both complete. */
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m6));
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m7));
+    CHECK_OK(uct_md_mem_reg(md, tbuf, len, UCT_MD_MEM_ACCESS_ALL, &m8));
+    CHECK_OK(dereg_invalidate(md, m6, &c));
+    CHECK_OK(dereg_invalidate(md, m7, &e));
+    CHECK((c.done == 0) && (e.done == 0), "RCACHE=%s: completed early", rcache);
+    CHECK_OK(uct_md_mem_dereg(md, m8));
+    CHECK((c.done == 1) && (e.done == 1),
+          "RCACHE=%s: two invalidations completed %d and %d times", rcache,
+          c.done, e.done);
+
+    /* Bad parameters: refused, the registration stays usable. */
+    k9 = reg_key(md, tbuf, len, &m9);
+    comp_init(&f);
+    bad.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH | UCT_MD_MEM_DEREG_FIELD_FLAGS;
+    bad.memh       = m9;
+    bad.flags      = UCT_MD_MEM_DEREG_FLAG_INVALIDATE;
+    bad.comp       = NULL;
+    CHECK(uct_md_mem_dereg_v2(md, &bad) == UCS_ERR_INVALID_PARAM,
+          "INVALIDATE without a completion accepted");
+    bad.field_mask =
+        UCT_MD_MEM_DEREG_FIELD_FLAGS | UCT_MD_MEM_DEREG_FIELD_COMPLETION;
+    bad.comp = &f.uc;
+    CHECK(uct_md_mem_dereg_v2(md, &bad) == UCS_ERR_INVALID_PARAM,
+          "dereg without a memory handle accepted");
+    bad.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH | UCT_MD_MEM_DEREG_FIELD_FLAGS;
+    bad.flags      = 1u << 7;
+    CHECK(uct_md_mem_dereg_v2(md, &bad) == UCS_ERR_INVALID_PARAM,
+          "dereg with unknown flags accepted");
+    CHECK(f.done == 0, "a refused dereg completed");
+    CHECK_OK(uct_rkey_unpack(component, &k9, &bundle));
+    ep = ep_to_iface(&s, &d);
+    exchange(ep, &d, lb, lmemh, tbuf, bundle.rkey,
+             "invalidation: a registration after refused deregs");
+    uct_ep_destroy(ep);
+    uct_rkey_release(component, &bundle);
+    CHECK_OK(dereg_invalidate(md, m9, &f));
+    CHECK(f.done == 1, "RCACHE=%s: a lone invalidation completed %d times",
+          rcache, f.done);
+
+    CHECK_OK(uct_md_mem_dereg(md, mlive));
+    CHECK_OK(uct_md_mem_dereg(md, lmemh));
+    close_side(&s);
+    close_side(&d);
+    uct_md_close(md);
+    md = saved;
+    free(lb);
+    free(live);
+    free(tbuf);
+    printf("ok - memory invalidation with RCACHE=%s\n", rcache);
+}
+
 int main(int argc, char **argv)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
@@ -1747,6 +1971,8 @@ int main(int argc, char **argv)
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
+    invalidation("try");
+    invalidation("n");
 
     uct_rkey_release(component, &rkey);
     free(rkey_buf);
@@ -1760,6 +1986,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("21 passed, 0 failed\n");
+    printf("23 passed, 0 failed\n");
     return 0;
 }
