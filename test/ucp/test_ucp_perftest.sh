@@ -239,6 +239,9 @@ else
     run tag_bw 8193 2000 -w 10
     # Rendezvous, not a multiple of a page or fragment.
     run tag_bw 1048579 40 -w 2
+    # With error handling (-e): UCP takes rc_vqp's rendezvous lane only
+    # because its memory domain can invalidate (UCT_MD_FLAG_INVALIDATE).
+    run tag_bw 1048579 40 -w 2 -e
     run ucp_put_bw 8 2000 -w 100
     run ucp_put_bw 1048579 40 -w 2
     run ucp_get 8 2000 -w 100

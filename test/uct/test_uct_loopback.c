@@ -151,6 +151,18 @@ static void open_side(side_t *s)
     open_side_cq(s, NULL, NULL);
 }
 
+/* An interface with the settings @a cfg (as side_cfg) and the error
+ * handler @a handler. */
+static void open_side_err(side_t *s, const char *const *cfg,
+                          uct_error_handler_t handler)
+{
+    side_cfg         = cfg;
+    side_err_handler = handler;
+    open_side(s);
+    side_err_handler = NULL;
+    side_cfg         = NULL;
+}
+
 static void close_side(side_t *s)
 {
     uct_iface_close(s->iface);
@@ -1485,12 +1497,8 @@ static void access_errors(char *lbuf, uct_mem_h lmemh, char *rbuf,
     CHECK(hole != MAP_FAILED, "mmap: %m");
     CHECK(munmap(hole, 16 * page) == 0, "munmap: %m");
 
-    side_cfg = cfg;
-    open_side(&d);
-    side_err_handler = access_err_cb;
-    open_side(&s);
-    side_err_handler = NULL;
-    side_cfg         = NULL;
+    open_side_err(&d, cfg, NULL);
+    open_side_err(&s, cfg, access_err_cb);
     for (c = 0; c < ACC_LAST; ++c) {
         ep = ep_to_iface(&s, &d);
         exchange(ep, &d, lbuf, lmemh, rbuf, rkey, "endpoint before an error");
@@ -1753,14 +1761,10 @@ static void invalidation(const char *rcache)
     CHECK(attr.cap.flags & UCT_MD_FLAG_INVALIDATE,
           "RCACHE=%s: no UCT_MD_FLAG_INVALIDATE", rcache);
     open_side(&d);
-    side_cfg         = cfg;
-    side_err_handler = access_err_cb;
-    open_side(&s);
-    side_err_handler = NULL;
-    side_cfg         = NULL;
-    lb               = aligned_alloc(4096, len);
-    live             = aligned_alloc(4096, len);
-    tbuf             = aligned_alloc(4096, len);
+    open_side_err(&s, cfg, access_err_cb);
+    lb   = aligned_alloc(4096, len);
+    live = aligned_alloc(4096, len);
+    tbuf = aligned_alloc(4096, len);
     CHECK_OK(uct_md_mem_reg(md, lb, len, UCT_MD_MEM_ACCESS_ALL, &lmemh));
     klive = reg_key(md, live, len, &mlive);
 
