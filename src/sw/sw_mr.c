@@ -354,6 +354,11 @@ ucs_status_t vqp_sw_mr_dereg(vqp_sw_mr_t *mr)
     /* Outside the device lock: a peer's access takes no lock of ours, and
      * our own engine may need the lock to finish one. */
     vqp_sw_mr_drain(mr->dev, mr->index);
+    /* A peer places a SEND into a receive buffer with the lkey checked and
+     * the data moved in one hold of our segment's lock: taking the lock
+     * once now waits for a placement that saw the old key. */
+    vqp_sw_lock(mr->dev->shm);
+    vqp_sw_unlock(mr->dev->shm);
     (void)VQP_SW_LOCKED(vqp_sw_mr_release_locked(mr));
     free(mr);
     return UCS_OK;

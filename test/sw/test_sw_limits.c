@@ -143,9 +143,9 @@ static void *dereg_thread(void *arg)
 }
 
 /* A peer's access that passed the key check (one-sided data moving
- * without the owner's lock) holds off the region's dereg, as an HCA does
- * not touch a region after ibv_dereg_mr returned; meanwhile the key is
- * refused and the slot not reused. */
+ * without the owner's lock, or a SEND placed under it) holds off the
+ * region's dereg, as an HCA does not touch a region after ibv_dereg_mr
+ * returned; meanwhile the key is refused and the slot not reused. */
 static void test_dereg_waits_for_access(void **state)
 {
     static char buf[4096] __attribute__((aligned(64)));
@@ -188,7 +188,17 @@ static void test_dereg_waits_for_access(void **state)
     assert_int_equal(key2 & mask, key & mask);
     assert_int_not_equal(key2, key);
     assert_int_equal(vqp_sw_mr_dereg(mr2), UCS_OK);
-    assert_int_equal(vqp_sw_mr_dereg(d.mr), UCS_OK);
+
+    /* A peer placing a SEND holds our segment's lock from the lkey check
+     * to the end of the copy: the dereg waits for the lock too. */
+    d.done = 0;
+    vqp_sw_lock(dev->shm);
+    assert_int_equal(pthread_create(&thread, NULL, dereg_thread, &d), 0);
+    usleep(100000);
+    assert_int_equal(__atomic_load_n(&d.done, __ATOMIC_ACQUIRE), 0);
+    vqp_sw_unlock(dev->shm);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_int_equal(d.done, 1);
 }
 
 /* An access never ended (its process died in the transfer) holds a dereg
