@@ -7,7 +7,7 @@ test_uct_test_uct_pair_SOURCES  = test/uct/test_uct_pair.c test/uct/uct_pair.c
 test_uct_test_uct_pair_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRC_VQP_MODULE='"$(abs_top_builddir)/modules/rc_vqp/.libs/libuct_rc_vqp.so"'
 test_uct_test_uct_pair_LDADD    = $(UCX_LIBS) -ldl
-noinst_HEADERS += test/uct/uct_pair.h
+noinst_HEADERS += test/uct/uct_pair.h test/uct/test_check.h
 TESTS += test/uct/test_uct_pair
 
 check-uct-full: test/uct/test_uct_pair $(module_LTLIBRARIES)

@@ -23,22 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(_cond, ...)                                                    \
-    do {                                                                     \
-        if (!(_cond)) {                                                      \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, \
-                    #_cond);                                                 \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
-#define CHECK_OK(_expr)                                                 \
-    do {                                                                \
-        ucs_status_t _st = (_expr);                                     \
-        CHECK(_st == UCS_OK, "%s: %s", #_expr, ucs_status_string(_st)); \
-    } while (0)
+#include "test_check.h"
 
 #define AM_ID    5
 #define BUF_SIZE (1u << 20)

@@ -102,11 +102,7 @@ static int is_peer; /* the peer process of a split trial */
         }                                                                    \
     } while (0)
 
-#define CHECK_OK(_expr)                                                 \
-    do {                                                                \
-        ucs_status_t _st = (_expr);                                     \
-        CHECK(_st == UCS_OK, "%s: %s", #_expr, ucs_status_string(_st)); \
-    } while (0)
+#include "test_check.h"
 
 /* ------------------------------------------------------------------ rng */
 
