@@ -75,15 +75,19 @@ static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_has_room(uct_rc_vqp_ep_t *ep)
            (vqp_send_avail(ep->vqp) != 0) && !uct_rc_vqp_ep_behind_pending(ep);
 }
 
-/* Every operation would be accepted now: room, an AM credit, and room for
- * inline data on the send QP. pending_add says BUSY only then, because UCP
- * retries a BUSY at once, without progress. */
+/* Every operation would be accepted now: room, an AM credit, room for
+ * inline data on the send QP, and a bounce buffer (none is left only at
+ * TX_MAX_BUFS: an unlimited pool grows). pending_add says BUSY only then,
+ * because UCP retries a BUSY at once, without progress. */
 static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_can_send(uct_rc_vqp_ep_t *ep)
 {
+    ucs_mpool_t *tx_mp = &UCT_RC_VQP_EP_IFACE(ep)->tx_mp;
+
     return !(ep->flags & UCT_RC_VQP_EP_NOT_READY) && (ep->fc_credits > 0) &&
            (vqp_send_avail_inline(ep->vqp, (ep->flags & UCT_RC_VQP_EP_FENCE)
                                                ? VQP_SEND_FENCE
-                                               : 0) != 0);
+                                               : 0) != 0) &&
+           (!ucs_mpool_is_empty(tx_mp) || (tx_mp->data->quota > 0));
 }
 
 /* The immediate of an outgoing AM: its id, the credits owed, and whether

@@ -77,6 +77,18 @@ ucs_config_field_t uct_rc_vqp_iface_config_table[] = {
      "them all, senders wait (RNR retries) until buffers are released.",
      ucs_offsetof(uct_rc_vqp_iface_config_t, rx_max_bufs), UCS_CONFIG_TYPE_INT},
 
+    {"TX_MAX_BUFS", "-1",
+     "Bounce buffers of bcopy operations (put_bcopy, get_bcopy, am_bcopy,\n"
+     "am_zcopy's copy) the interface allocates at most, shared by its\n"
+     "endpoints; -1 is unlimited. Beyond it operations return\n"
+     "UCS_ERR_NO_RESOURCE until completions release buffers.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, tx_max_bufs), UCS_CONFIG_TYPE_INT},
+
+    {"TX_BUFS_GROW", "128",
+     "Bounce buffers allocated at a time when more are needed.",
+     ucs_offsetof(uct_rc_vqp_iface_config_t, tx_bufs_grow),
+     UCS_CONFIG_TYPE_UINT},
+
     {"FC_WND_SIZE", "128",
      "Active messages an endpoint sends before the peer returns credits\n"
      "(flow control: receivers are not flooded into RNR waits).",
@@ -580,6 +592,8 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         (config->rx_queue_len == 0) ||
         (config->rx_queue_len >= attr->max_srq_wr) ||
         ((config->rx_max_bufs < 1) && (config->rx_max_bufs != -1)) ||
+        ((config->tx_max_bufs < 1) && (config->tx_max_bufs != -1)) ||
+        (config->tx_bufs_grow == 0) ||
         (config->fc_wnd_size <= UCT_RC_VQP_FC_RESERVE) ||
         (config->fc_wnd_size > 0x7fff) || (config->seg_size < 64) ||
         (config->seg_size > UINT32_MAX) || (config->max_inline < 8) ||
@@ -589,6 +603,7 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
         ucs_error("rc_vqp: invalid configuration: NUM_QPS=%u FRAG_SIZE=%zu"
                   " (a power of two, 1..%lu) MAX_OUTSTANDING=%u TX_QUEUE_LEN=%u"
                   " RX_QUEUE_LEN=%u (1..%u) RX_MAX_BUFS=%d (-1 or >= 1)"
+                  " TX_MAX_BUFS=%d (-1 or >= 1) TX_BUFS_GROW=%u (>= 1)"
                   " FC_WND_SIZE=%u (%d..32767)"
                   " SEG_SIZE=%zu (>= 64) MAX_INLINE=%zu"
                   " (>= 8) RETRY_COUNT=%u (0..7) TIMEOUT=%g s RNR_TIMEOUT=%g s"
@@ -596,7 +611,8 @@ uct_rc_vqp_iface_check_config(const uct_rc_vqp_iface_config_t *config,
                   config->num_qps, config->frag_size, attr->max_msg_sz,
                   config->max_outstanding, config->tx_queue_len,
                   config->rx_queue_len, attr->max_srq_wr - 1,
-                  config->rx_max_bufs, config->fc_wnd_size,
+                  config->rx_max_bufs, config->tx_max_bufs,
+                  config->tx_bufs_grow, config->fc_wnd_size,
                   UCT_RC_VQP_FC_RESERVE + 1, config->seg_size,
                   config->max_inline, config->retry_count, config->timeout,
                   config->rnr_timeout, config->connect_timeout);
@@ -628,7 +644,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     size_t payload_offset, am_align, am_align_offset;
     vqp_cq_params_t cq_params;
     vqp_dev_attr_t attr;
-    unsigned qps, rx_max;
+    unsigned qps, rx_max, tx_max;
     ucs_status_t status;
 
     UCS_CLASS_CALL_SUPER_INIT(
@@ -716,11 +732,13 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     self->vqp_params.fail_log_level = self->super.config.failure_level;
     self->ep_addr_len               = vqp_address_size_for(&self->vqp_params);
 
-    status = ucs_mpool_init(&self->tx_mp, sizeof(void *),
-                            sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size +
-                                UCT_RC_VQP_BCOPY_SLACK,
-                            0, UCS_SYS_CACHE_LINE_SIZE, 128, UINT_MAX,
-                            &uct_rc_vqp_tx_mp_ops, "rc_vqp_tx");
+    tx_max =
+        (config->tx_max_bufs == -1) ? UINT_MAX : (unsigned)config->tx_max_bufs;
+    status = ucs_mpool_init(
+        &self->tx_mp, sizeof(void *),
+        sizeof(uct_rc_vqp_tx_desc_t) + self->seg_size + UCT_RC_VQP_BCOPY_SLACK,
+        0, UCS_SYS_CACHE_LINE_SIZE, ucs_min(config->tx_bufs_grow, tx_max),
+        tx_max, &uct_rc_vqp_tx_mp_ops, "rc_vqp_tx");
     if (status != UCS_OK) {
         goto err_cq;
     }

@@ -24,6 +24,8 @@ typedef struct uct_rc_vqp_iface_config {
     unsigned tx_queue_len;     /* operations in flight per endpoint */
     unsigned rx_queue_len;     /* AM receive buffers of the interface (SRQ) */
     int rx_max_bufs;           /* receive buffers allocated at most; -1: any */
+    int tx_max_bufs;           /* bcopy buffers allocated at most; -1: any */
+    unsigned tx_bufs_grow;     /* bcopy buffers allocated at a time */
     unsigned fc_wnd_size;      /* AMs in flight per endpoint (credits) */
     size_t seg_size;           /* bcopy / AM buffer size */
     unsigned cq_len;           /* CQEs of the interface's CQ */

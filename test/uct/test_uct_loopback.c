@@ -1634,6 +1634,106 @@ static void access_errors(char *lbuf, uct_mem_h lmemh, char *rbuf,
     close_side(&d);
 }
 
+static ucs_status_t tx_pending_cb(uct_pending_req_t *req);
+
+static struct {
+    uct_ep_h ep;
+    int runs; /* pending callback calls that sent */
+} txp;
+
+static ssize_t am_bcopy8(uct_ep_h ep, uint64_t *payload)
+{
+    return uct_ep_am_bcopy(ep, AM_ID, pack8_cb, payload, 0);
+}
+
+static ucs_status_t tx_pending_cb(uct_pending_req_t *req)
+{
+    uint64_t payload = 0x7878;
+    ssize_t len      = am_bcopy8(txp.ep, &payload);
+
+    if (len < 0) {
+        return (ucs_status_t)len;
+    }
+    ++txp.runs;
+    return UCS_OK;
+}
+
+/* UCX_RC_VQP_TX_MAX_BUFS bounds the bounce buffers of an interface's bcopy
+ * operations: with 4 and no progress, the fifth AM and a put_bcopy are
+ * refused with UCS_ERR_NO_RESOURCE; a pending request sends once
+ * completions released buffers; many more go through the 4. Invalid
+ * values fail the interface's open with a line that names them. */
+static void tx_max_bufs(char *rbuf, uct_rkey_t rkey)
+{
+    static const char *const cfg[] = {"TX_MAX_BUFS", "4", "TX_BUFS_GROW", "2",
+                                      NULL};
+    static const char *const bad[][4] = {
+        {"TX_MAX_BUFS", "0", NULL},
+        {"TX_MAX_BUFS", "-2", NULL},
+        {"TX_BUFS_GROW", "0", NULL},
+    };
+    uct_pending_req_t req = {.func = tx_pending_cb};
+    uint64_t payload      = 0x5151;
+    int n                 = 0, i, am0;
+    ucs_status_t st;
+    ssize_t len;
+    side_t c, d;
+
+    open_side(&d);
+    open_side_err(&c, cfg, NULL);
+    txp.ep   = ep_to_iface(&c, &d);
+    txp.runs = 0;
+    /* Connected once an AM goes (am_short needs no buffer). */
+    while (uct_ep_am_short(txp.ep, AM_ID, 0, "conn", 4) ==
+           UCS_ERR_NO_RESOURCE) {
+        uct_worker_progress(worker);
+    }
+    wait_int(&d.am_count, 1, "tx_max_bufs: connect");
+    uct_ep_flush(txp.ep, UCT_FLUSH_FLAG_LOCAL, NULL);
+    for (i = 0; i < 1000; ++i) {
+        uct_worker_progress(worker);
+    }
+    am0 = d.am_count;
+    while ((len = am_bcopy8(txp.ep, &payload)) >= 0) {
+        CHECK(++n <= 4, "tx_max_bufs: %d AMs posted with 4 buffers", n);
+    }
+    CHECK((n == 4) && (len == UCS_ERR_NO_RESOURCE),
+          "tx_max_bufs: %d AMs posted, then %zd", n, len);
+    len = uct_ep_put_bcopy(txp.ep, pack8_cb, &payload, (uintptr_t)rbuf, rkey);
+    CHECK(len == UCS_ERR_NO_RESOURCE, "tx_max_bufs: put_bcopy with none: %zd",
+          len);
+    CHECK_OK(uct_ep_pending_add(txp.ep, &req, 0));
+    wait_int(&txp.runs, 1, "tx_max_bufs: the pending AM");
+    wait_int(&d.am_count, am0 + 5, "tx_max_bufs: five AMs");
+    for (i = 0; i < 300; ++i) {
+        while ((len = am_bcopy8(txp.ep, &payload)) == UCS_ERR_NO_RESOURCE) {
+            uct_worker_progress(worker);
+        }
+        CHECK(len >= 0, "tx_max_bufs: am_bcopy %d: %zd", i, len);
+    }
+    wait_int(&d.am_count, am0 + 305, "tx_max_bufs: 300 more AMs");
+    uct_ep_destroy(txp.ep);
+    close_side(&c);
+    close_side(&d);
+
+    for (i = 0; i < 3; ++i) {
+        memset(acc.text, 0, sizeof(acc.text));
+        acc.logged = 0;
+        side_cfg   = bad[i];
+        ucs_log_push_handler(access_log);
+        st = open_side_ex(&c, NULL, NULL, 0, 0, 0);
+        ucs_log_pop_handler();
+        side_cfg = NULL;
+        CHECK((st == UCS_ERR_INVALID_PARAM) &&
+                  (strstr(acc.text, "invalid configuration") != NULL),
+              "%s=%s: open returned %s, log '%s'", bad[i][0], bad[i][1],
+              ucs_status_string(st), acc.text);
+    }
+    printf("ok - TX_MAX_BUFS=4: 4 bcopy operations, then NO_RESOURCE until "
+           "completions; pending and 300 more go through; invalid values "
+           "refused\n");
+}
+
 static uint32_t pack_inval_key(uct_md_h m, uct_mem_h memh)
 {
     uct_md_mkey_pack_params_t params = {
@@ -1957,6 +2057,7 @@ int main(int argc, char **argv)
     passive_failure_drop();
     access_errors(lbuf, lmemh, rbuf, rkey.rkey);
     rx_max_bufs();
+    tx_max_bufs(rbuf, rkey.rkey);
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -1975,6 +2076,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("23 passed, 0 failed\n");
+    printf("24 passed, 0 failed\n");
     return 0;
 }
