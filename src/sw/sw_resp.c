@@ -492,7 +492,6 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
     const char *why = NULL;
     uint32_t cursor = 0;
     uint64_t lo, hi, route;
-    bool counted = false;
     int err;
 
     if ((qp->peer == NULL) || qp->peer->dead) {
@@ -526,9 +525,8 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
         } else if ((tqp->access & IBV_ACCESS_REMOTE_WRITE) == 0) {
             why = "target QP lacks REMOTE_WRITE";
         } else {
-            why     = vqp_sw_mr_access_begin(pshm, rkey, raddr, len,
-                                             IBV_ACCESS_REMOTE_WRITE);
-            counted = (why == NULL);
+            why = vqp_sw_mr_check(pshm, rkey, raddr, len,
+                                  IBV_ACCESS_REMOTE_WRITE);
         }
         if (why != NULL) {
             ucs_error("vqp_sw %s: QP 0x%x WQE %u: WRITE_IMM to 0x%lx+%lu rkey "
@@ -604,9 +602,6 @@ vqp_sw_resp_status_t vqp_sw_resp_deliver(vqp_sw_qp_t *qp, uint8_t opcode,
                         NULL, 0, 0);
     status = VQP_SW_RESP_OK;
 out:
-    if (counted) {
-        vqp_sw_mr_access_end(pshm, rkey);
-    }
     vqp_sw_unlock(pshm);
     return status;
 }
