@@ -2,7 +2,8 @@
  * rc_vqp UCT glue: the structures shared by the memory domain, interface and
  * endpoint files. A thin mapping of uct.h onto the multi-QP core (vqp.h): an
  * interface owns one virtual CQ on its device, an endpoint owns one virtual
- * QP, and every UCT operation becomes one core operation.
+ * QP, and every UCT operation becomes one core operation (a put or get of
+ * several iov entries one per entry).
  */
 #ifndef UCT_RC_VQP_H_
 #define UCT_RC_VQP_H_
@@ -88,6 +89,19 @@ typedef struct uct_rc_vqp_rx_desc {
  * same; rc_mlx5 offers a handful. */
 #define UCT_RC_VQP_AM_MAX_IOV 8
 
+/* iov entries of put_zcopy and get_zcopy: each non-empty entry is a core
+ * operation of its own (remote addresses follow one another), so the
+ * endpoint needs that many free operation slots; at most TX_QUEUE_LEN. */
+#define UCT_RC_VQP_RMA_MAX_IOV 8
+
+/* The completion of a put_zcopy / get_zcopy of several iov entries: it
+ * counts their operations and calls the user's completion once, with the
+ * first error any of them had. */
+typedef struct uct_rc_vqp_iov_comp {
+    uct_completion_t super;
+    uct_completion_t *user;
+} uct_rc_vqp_iov_comp_t;
+
 /* Bytes after a bounce buffer's max_bcopy: a pack callback that returns a
  * little more than max_bcopy (refused) wrote nothing of another buffer. */
 #define UCT_RC_VQP_BCOPY_SLACK 64
@@ -111,6 +125,8 @@ typedef struct uct_rc_vqp_iface {
     ucs_list_link_t grant_eps;
     ucs_mpool_t tx_mp;
     ucs_mpool_t rx_mp;
+    ucs_mpool_t iov_comp_mp; /* uct_rc_vqp_iov_comp_t */
+    unsigned rma_max_iov;    /* cap.put.max_iov and cap.get.max_iov */
     uct_recv_desc_t release_desc;
     size_t seg_size;
     size_t rx_headroom;

@@ -75,18 +75,20 @@ static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_has_room(uct_rc_vqp_ep_t *ep)
            (vqp_send_avail(ep->vqp) != 0) && !uct_rc_vqp_ep_behind_pending(ep);
 }
 
-/* Every operation would be accepted now: room, an AM credit, room for
- * inline data on the send QP, and a bounce buffer (none is left only at
- * TX_MAX_BUFS: an unlimited pool grows). pending_add says BUSY only then,
- * because UCP retries a BUSY at once, without progress. */
+/* Every operation would be accepted now: room (for an RMA operation of
+ * max_iov entries too), an AM credit, room for inline data on the send QP,
+ * and a bounce buffer (none is left only at TX_MAX_BUFS: an unlimited pool
+ * grows). pending_add says BUSY only then, because UCP retries a BUSY at
+ * once, without progress. */
 static UCS_F_ALWAYS_INLINE int uct_rc_vqp_ep_can_send(uct_rc_vqp_ep_t *ep)
 {
-    ucs_mpool_t *tx_mp = &UCT_RC_VQP_EP_IFACE(ep)->tx_mp;
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    ucs_mpool_t *tx_mp        = &iface->tx_mp;
 
     return !(ep->flags & UCT_RC_VQP_EP_NOT_READY) && (ep->fc_credits > 0) &&
            (vqp_send_avail_inline(ep->vqp, (ep->flags & UCT_RC_VQP_EP_FENCE)
                                                ? VQP_SEND_FENCE
-                                               : 0) != 0) &&
+                                               : 0) >= iface->rma_max_iov) &&
            (!ucs_mpool_is_empty(tx_mp) || (tx_mp->data->quota > 0));
 }
 
@@ -375,22 +377,20 @@ static UCS_F_ALWAYS_INLINE uint64_t uct_rc_vqp_desc_wr_id(void *desc)
     return (uintptr_t)desc | UCT_RC_VQP_WR_DESC;
 }
 
+/* Entry @a i of a put_zcopy / get_zcopy: its local key (0 for an empty
+ * entry without a memory handle). */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_rc_vqp_iov_check(const uct_iov_t *iov, size_t iovcnt, uint32_t *lkey_p)
+uct_rc_vqp_iov_entry_check(const uct_iov_t *iov, size_t i, uint32_t *lkey_p)
 {
-    const uct_rc_vqp_memh_t *memh;
+    const uct_rc_vqp_memh_t *memh = iov->memh;
 
-    if (iovcnt != 1) {
-        ucs_error("rc_vqp: %zu iov entries, exactly 1 is supported", iovcnt);
-        return UCS_ERR_INVALID_PARAM;
-    }
     if (iov->stride != 0 && iov->count > 1) {
-        ucs_error("rc_vqp: strided iov is not supported");
+        ucs_error("rc_vqp: iov %zu: strided iov is not supported", i);
         return UCS_ERR_UNSUPPORTED;
     }
-    memh = iov->memh;
     if ((memh == UCT_MEM_HANDLE_NULL) && (uct_iov_get_length(iov) != 0)) {
-        ucs_error("rc_vqp: zcopy from %p without a memory handle", iov->buffer);
+        ucs_error("rc_vqp: zcopy iov %zu from %p without a memory handle", i,
+                  iov->buffer);
         return UCS_ERR_INVALID_PARAM;
     }
     *lkey_p = (memh == UCT_MEM_HANDLE_NULL) ? 0 : memh->lkey;
@@ -462,6 +462,101 @@ ssize_t uct_rc_vqp_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
     return length;
 }
 
+static void uct_rc_vqp_iov_comp_done(uct_completion_t *self)
+{
+    uct_rc_vqp_iov_comp_t *ic = ucs_derived_of(self, uct_rc_vqp_iov_comp_t);
+    uct_completion_t *user    = ic->user;
+    ucs_status_t status       = self->status;
+
+    ucs_mpool_put(ic); /* before the user's callback, which may post */
+    uct_invoke_completion(user, status);
+}
+
+/* put_zcopy / get_zcopy of several iov entries: a core operation for each
+ * non-empty one, at consecutive remote addresses. All are posted or none:
+ * the endpoint must have a slot for each. With a completion, they share one
+ * counter that calls it once, with the first error. */
+static UCS_F_NOINLINE ucs_status_t uct_rc_vqp_ep_zcopy_iov(
+    uct_rc_vqp_ep_t *ep, vqp_opcode_t opcode, unsigned flags,
+    const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+    uct_completion_t *comp)
+{
+    uct_rc_vqp_iface_t *iface = UCT_RC_VQP_EP_IFACE(ep);
+    uint32_t lkey[UCT_RC_VQP_RMA_MAX_IOV];
+    uct_rc_vqp_iov_comp_t *ic = NULL;
+    uint64_t wr_id            = (uintptr_t)comp;
+    unsigned count = 0, posted = 0;
+    ucs_status_t status;
+    vqp_send_wr_t wr;
+    size_t i, length;
+
+    if (iovcnt > iface->rma_max_iov) {
+        ucs_error("rc_vqp: %s_zcopy of %zu iov entries, at most %u",
+                  (opcode == VQP_OP_READ) ? "get" : "put", iovcnt,
+                  iface->rma_max_iov);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    for (i = 0; i < iovcnt; ++i) {
+        status = uct_rc_vqp_iov_entry_check(&iov[i], i, &lkey[i]);
+        if (status != UCS_OK) {
+            return status;
+        }
+        count += (uct_iov_get_length(&iov[i]) != 0);
+    }
+    if (ep->flags & UCT_RC_VQP_EP_FAILED) {
+        return UCS_ERR_ENDPOINT_TIMEOUT;
+    }
+    if (vqp_send_avail(ep->vqp) < count) {
+        /* The slots free up as operations complete, also unsignaled ones
+         * behind a signaled WQE. */
+        vqp_cover_in_flight(ep->vqp);
+        return UCS_ERR_NO_RESOURCE;
+    }
+    if ((comp != NULL) && (count > 1)) {
+        ic = ucs_mpool_get(&iface->iov_comp_mp);
+        if (ic == NULL) {
+            ucs_error("rc_vqp: no memory for the completion of a %s_zcopy",
+                      (opcode == VQP_OP_READ) ? "get" : "put");
+            return UCS_ERR_NO_MEMORY;
+        }
+        ic->super.func   = uct_rc_vqp_iov_comp_done;
+        ic->super.count  = (int)count;
+        ic->super.status = UCS_OK;
+        ic->user         = comp;
+        wr_id            = (uintptr_t)ic;
+    }
+    for (i = 0; i < iovcnt; ++i, remote_addr += length) {
+        length = uct_iov_get_length(&iov[i]);
+        if (length == 0) {
+            continue;
+        }
+        uct_rc_vqp_wr_init(&wr, opcode, wr_id, flags, iov[i].buffer, length,
+                           lkey[i], remote_addr, rkey);
+        status = uct_rc_vqp_ep_post(ep, &wr);
+        if (ucs_likely(status == UCS_OK)) {
+            ++posted;
+            continue;
+        }
+        if (posted == 0) { /* not connected yet, queued requests ahead */
+            if (ic != NULL) {
+                ucs_mpool_put(ic);
+            }
+            return status;
+        }
+        /* Not expected after the checks above; the entries posted are in
+         * flight, so the operation ends with this error. */
+        ucs_error("rc_vqp: %s_zcopy iov %zu refused after %u entries: %s",
+                  (opcode == VQP_OP_READ) ? "get" : "put", i, posted,
+                  ucs_status_string(status));
+        if (ic != NULL) {
+            ic->super.count = (int)posted;
+            uct_completion_update_status(&ic->super, status);
+        }
+        break;
+    }
+    return UCS_INPROGRESS;
+}
+
 /* put_zcopy / get_zcopy: one core operation on the user's registered
  * buffer, which stays in use until the completion. A get is always signaled:
  * its data is usable only once its completion is seen. */
@@ -479,7 +574,11 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_zcopy(
     if ((iovcnt == 0) || (uct_iov_total_length(iov, iovcnt) == 0)) {
         return UCS_OK;
     }
-    status = uct_rc_vqp_iov_check(iov, iovcnt, &lkey);
+    if (ucs_unlikely(iovcnt != 1)) {
+        return uct_rc_vqp_ep_zcopy_iov(ep, opcode, flags, iov, iovcnt,
+                                       remote_addr, rkey, comp);
+    }
+    status = uct_rc_vqp_iov_entry_check(iov, 0, &lkey);
     if (status != UCS_OK) {
         return status;
     }
@@ -1046,7 +1145,7 @@ void uct_rc_vqp_iface_schedule_pending(uct_rc_vqp_iface_t *iface)
         } else if (uct_rc_vqp_ep_can_send(ep)) {
             ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
         } else if ((ep->flags & UCT_RC_VQP_EP_FENCE) ||
-                   (vqp_send_avail(ep->vqp) == 0)) {
+                   (vqp_send_avail(ep->vqp) < iface->rma_max_iov)) {
             /* Waiting for room, or (fenced inline) for nothing in flight,
              * and unsignaled WQEs complete only behind a signaled one. A
              * refused post asks for that, but none is made while the

@@ -264,6 +264,15 @@ static ucs_mpool_ops_t uct_rc_vqp_rx_mp_ops = {
     .obj_str       = NULL,
 };
 
+/* Completions of multi-entry RMA operations: plain memory. */
+static ucs_mpool_ops_t uct_rc_vqp_iov_comp_mp_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+    .obj_init      = NULL,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL,
+};
+
 ucs_status_t uct_rc_vqp_iface_post_recv(uct_rc_vqp_iface_t *iface,
                                         uct_rc_vqp_rx_desc_t *desc)
 {
@@ -345,14 +354,14 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     attr->cap.put.max_zcopy       = dev_attr.max_msg_sz;
     attr->cap.put.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
     attr->cap.put.align_mtu       = dev_attr.path_mtu;
-    attr->cap.put.max_iov         = 1;
+    attr->cap.put.max_iov         = iface->rma_max_iov;
 
     attr->cap.get.max_bcopy       = iface->seg_size;
     attr->cap.get.min_zcopy       = 0;
     attr->cap.get.max_zcopy       = dev_attr.max_msg_sz;
     attr->cap.get.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
     attr->cap.get.align_mtu       = dev_attr.path_mtu;
-    attr->cap.get.max_iov         = 1;
+    attr->cap.get.max_iov         = iface->rma_max_iov;
 
     /* The 8-byte AM header is part of the short payload. */
     attr->cap.am.max_short       = max_inline;
@@ -744,6 +753,18 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
     }
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->tx_mp) = self;
 
+    /* An RMA operation of several iov entries needs a slot for each in the
+     * endpoint's operation ring. */
+    self->rma_max_iov =
+        ucs_min((unsigned)UCT_RC_VQP_RMA_MAX_IOV, config->tx_queue_len);
+    status =
+        ucs_mpool_init(&self->iov_comp_mp, 0, sizeof(uct_rc_vqp_iov_comp_t), 0,
+                       UCS_SYS_CACHE_LINE_SIZE, 64, UINT_MAX,
+                       &uct_rc_vqp_iov_comp_mp_ops, "rc_vqp_iov_comp");
+    if (status != UCS_OK) {
+        goto err_tx_mp;
+    }
+
     self->rx_limited = (config->rx_max_bufs != -1);
     self->rx_missing = 0;
     rx_max = self->rx_limited ? (unsigned)config->rx_max_bufs : UINT_MAX;
@@ -752,7 +773,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
                             am_align, ucs_min(256u, rx_max), rx_max,
                             &uct_rc_vqp_rx_mp_ops, "rc_vqp_rx");
     if (status != UCS_OK) {
-        goto err_tx_mp;
+        goto err_iov_comp_mp;
     }
     *(uct_rc_vqp_iface_t **)ucs_mpool_priv(&self->rx_mp) = self;
 
@@ -800,6 +821,8 @@ err_srq:
     vqp_srq_destroy(self->srq, uct_rc_vqp_iface_release_recv, self);
 err_rx_mp:
     ucs_mpool_cleanup(&self->rx_mp, 1);
+err_iov_comp_mp:
+    ucs_mpool_cleanup(&self->iov_comp_mp, 1);
 err_tx_mp:
     ucs_mpool_cleanup(&self->tx_mp, 0);
 err_cq:
@@ -826,6 +849,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_rc_vqp_iface_t)
     }
     vqp_cq_destroy(self->cq);
     ucs_mpool_cleanup(&self->rx_mp, 1);
+    ucs_mpool_cleanup(&self->iov_comp_mp, 1);
     ucs_mpool_cleanup(&self->tx_mp, 1);
     ucs_arbiter_cleanup(&self->arbiter);
 }

@@ -77,6 +77,9 @@ else
     run 4 spray -t am_bw -s 8000 -D zcopy -n 2000 -w 100
     # four iov entries (-s: the sizes of the scatter-gather list)
     run 4 dqplb -t am_bw -s 100,2000,8,3000 -D zcopy -n 2000 -w 100
+    # put and get of iov entries, one of them striped
+    run 4 spray -t put_bw -s 1000,3000,300000,100 -D zcopy -n 200 -w 5
+    run 4 dqplb -t get -s 100,8,270000,5000,1 -D zcopy -n 200 -w 5
     run 4 dqplb -t fadd -n 1000 -w 100
     run 1 spray -t cswap -n 1000 -w 100
     run 4 spray -t swap -n 1000 -w 100

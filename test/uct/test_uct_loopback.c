@@ -1953,6 +1953,281 @@ static void invalidation(const char *rcache)
     printf("ok - memory invalidation with RCACHE=%s\n", rcache);
 }
 
+/* Fills @a iov with @a n entries of @a lbuf at the offsets and lengths of
+ * @a spec (offset, length pairs); entry @a count2 (if < n) has count 2. */
+static void rma_iov_fill(uct_iov_t *iov, char *lbuf, uct_mem_h lmemh,
+                         const size_t (*spec)[2], unsigned n, unsigned count2)
+{
+    unsigned i;
+
+    for (i = 0; i < n; ++i) {
+        iov[i].buffer = lbuf + spec[i][0];
+        iov[i].length = (i == count2) ? spec[i][1] / 2 : spec[i][1];
+        iov[i].count  = (i == count2) ? 2 : 1;
+        iov[i].stride = 0;
+        iov[i].memh   = lmemh;
+    }
+}
+
+static void wait_flushed(uct_ep_h ep, const char *what)
+{
+    double deadline = now() + 20;
+
+    while (uct_ep_flush(ep, 0, NULL) != UCS_OK) {
+        CHECK(now() < deadline, "%s: flush not done in 20 s", what);
+        uct_worker_progress(worker);
+    }
+}
+
+static struct {
+    uct_ep_h ep;
+    uct_iov_t *iov;
+    unsigned n;
+    uintptr_t raddr;
+    uct_rkey_t rkey;
+    test_comp_t *comp;
+    int runs;
+} iovp;
+
+static ucs_status_t iov_pending_cb(uct_pending_req_t *req)
+{
+    ucs_status_t st = uct_ep_put_zcopy(iovp.ep, iovp.iov, iovp.n, iovp.raddr,
+                                       iovp.rkey, &iovp.comp->uc);
+
+    if (UCS_STATUS_IS_ERR(st)) {
+        return st;
+    }
+    ++iovp.runs;
+    return UCS_OK;
+}
+
+/* put_zcopy and get_zcopy of up to max_iov entries (8, fewer with a smaller
+ * TX_QUEUE_LEN): the entries go to consecutive remote addresses, some of
+ * them striped, an empty one skipped, one of count 2; the completion is
+ * called once. Without one, a flush covers them. All entries or none: with
+ * too few free slots the call says NO_RESOURCE and writes nothing, and
+ * pending_add takes the request (not BUSY), which goes once there is room.
+ * A bad entry is refused before anything is posted; an entry the target
+ * refuses (past its registration) completes the operation once, with the
+ * error; the failed endpoint refuses more with an error. */
+static void rma_iov(char *lbuf, uct_mem_h lmemh, char *rbuf, uct_rkey_t rkey)
+{
+    static const char *const cfg[] = {
+        "FRAG_SIZE",    "64k",     "STRIPE_THRESH",
+        "64k",          "FAILURE", "error",
+        "TX_QUEUE_LEN", "8",       NULL};
+    static const char *const small_cfg[] = {"TX_QUEUE_LEN", "3", NULL};
+    /* local offset (all in the first half), length: 348 KiB in all */
+    static const size_t spec[8][2] = {
+        {0, 100},   {4096, 0},      {8192, 4000},    {200000, 262144},
+        {16384, 1}, {20480, 65536}, {470000, 16384}, {490000, 8192}};
+    const size_t half     = BUF_SIZE / 2;
+    uct_pending_req_t req = {.func = iov_pending_cb};
+    test_comp_t comp, comp0;
+    uct_iov_t iov[9];
+    size_t off, total = 0;
+    ucs_status_t st;
+    unsigned i, j;
+    uct_ep_h ep;
+    side_t s, d;
+
+    open_side_err(&d, cfg, NULL);
+    open_side_err(&s, cfg, access_err_cb);
+    CHECK((s.attr.cap.put.max_iov == 8) && (s.attr.cap.get.max_iov == 8),
+          "max_iov put %zu get %zu", s.attr.cap.put.max_iov,
+          s.attr.cap.get.max_iov);
+    ep = ep_to_iface(&s, &d);
+    exchange(ep, &d, lbuf, lmemh, rbuf, rkey, "rma_iov: connect");
+    for (i = 0; i < 8; ++i) {
+        total += spec[i][1];
+    }
+
+    /* put of 8 entries into the second half of rbuf */
+    for (off = 0; off < half; ++off) {
+        lbuf[off] = (char)(off * 13 + 1);
+    }
+    memset(rbuf, 0x33, BUF_SIZE);
+    rma_iov_fill(iov, lbuf, lmemh, spec, 8, 2);
+    comp_init(&comp);
+    st = uct_ep_put_zcopy(ep, iov, 8, (uintptr_t)rbuf + half, rkey, &comp.uc);
+    CHECK(st == UCS_INPROGRESS, "rma_iov: put_zcopy of 8: %s",
+          ucs_status_string(st));
+    wait_int(&comp.done, 1, "rma_iov: put_zcopy of 8");
+    wait_flushed(ep, "rma_iov: put_zcopy of 8");
+    CHECK((comp.done == 1) && (comp.uc.status == UCS_OK) &&
+              (comp.uc.count == 0),
+          "rma_iov: put completed %d times, %s, count %d", comp.done,
+          ucs_status_string(comp.uc.status), comp.uc.count);
+    for (i = 0, off = half; i < 8; off += spec[i][1], ++i) {
+        CHECK(!memcmp(rbuf + off, lbuf + spec[i][0], spec[i][1]),
+              "rma_iov: put entry %u differs", i);
+    }
+    for (j = 0; j < half; ++j) {
+        CHECK(rbuf[j] == 0x33, "rma_iov: put wrote byte %u before", j);
+    }
+    for (off = half + total; off < BUF_SIZE; ++off) {
+        CHECK(rbuf[off] == 0x33, "rma_iov: put wrote byte %zu after", off);
+    }
+
+    /* get of the same 8 entries back into the second half of lbuf, 64
+     * bytes apart */
+    memset(lbuf + half, 0, half);
+    for (i = 0, off = half; i < 8; off += spec[i][1] + 64, ++i) {
+        iov[i].buffer = lbuf + off;
+    }
+    comp_init(&comp);
+    st = uct_ep_get_zcopy(ep, iov, 8, (uintptr_t)rbuf + half, rkey, &comp.uc);
+    CHECK(st == UCS_INPROGRESS, "rma_iov: get_zcopy of 8: %s",
+          ucs_status_string(st));
+    wait_int(&comp.done, 1, "rma_iov: get_zcopy of 8");
+    wait_flushed(ep, "rma_iov: get_zcopy of 8");
+    CHECK((comp.done == 1) && (comp.uc.status == UCS_OK),
+          "rma_iov: get completed %d times, %s", comp.done,
+          ucs_status_string(comp.uc.status));
+    for (i = 0, off = half; i < 8; off += spec[i][1] + 64, ++i) {
+        CHECK(!memcmp(lbuf + off, lbuf + spec[i][0], spec[i][1]) &&
+                  (lbuf[off + spec[i][1]] == 0),
+              "rma_iov: get entry %u differs", i);
+    }
+
+    /* without a completion: a flush covers them */
+    memset(rbuf, 0x33, BUF_SIZE);
+    rma_iov_fill(iov, lbuf, lmemh, spec, 8, 8);
+    st = uct_ep_put_zcopy(ep, iov, 8, (uintptr_t)rbuf, rkey, NULL);
+    CHECK(st == UCS_INPROGRESS, "rma_iov: put_zcopy without comp: %s",
+          ucs_status_string(st));
+    wait_flushed(ep, "rma_iov: put_zcopy without comp");
+    for (i = 0, off = 0; i < 8; off += spec[i][1], ++i) {
+        CHECK(!memcmp(rbuf + off, lbuf + spec[i][0], spec[i][1]),
+              "rma_iov: put entry %u without comp differs", i);
+    }
+
+    /* 6 slots free, 7 entries needed: refused whole, queued as pending */
+    memset(rbuf, 0x33, BUF_SIZE);
+    comp_init(&comp0);
+    comp0.uc.count = 2;
+    for (i = 0; i < 2; ++i) {
+        st = uct_ep_get_zcopy(ep, iov, 1, (uintptr_t)rbuf + half, rkey,
+                              &comp0.uc);
+        CHECK(st == UCS_INPROGRESS, "rma_iov: get_zcopy: %s",
+              ucs_status_string(st));
+    }
+    rma_iov_fill(iov, lbuf, lmemh, spec, 8, 8);
+    comp_init(&comp);
+    st = uct_ep_put_zcopy(ep, iov, 8, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_ERR_NO_RESOURCE, "rma_iov: put_zcopy of 7 in 6: %s",
+          ucs_status_string(st));
+    iovp.ep    = ep;
+    iovp.iov   = iov;
+    iovp.n     = 8;
+    iovp.raddr = (uintptr_t)rbuf;
+    iovp.rkey  = rkey;
+    iovp.comp  = &comp;
+    iovp.runs  = 0;
+    CHECK_OK(uct_ep_pending_add(ep, &req, 0));
+    CHECK((rbuf[0] == 0x33) && (comp.done == 0),
+          "rma_iov: a refused put_zcopy wrote or completed");
+    wait_int(&comp0.done, 1, "rma_iov: get_zcopy ahead");
+    wait_int(&iovp.runs, 1, "rma_iov: the pending put_zcopy");
+    wait_int(&comp.done, 1, "rma_iov: the pending put_zcopy's completion");
+    CHECK(comp.uc.status == UCS_OK, "rma_iov: pending put completed with %s",
+          ucs_status_string(comp.uc.status));
+    for (i = 0, off = 0; i < 8; off += spec[i][1], ++i) {
+        CHECK(!memcmp(rbuf + off, lbuf + spec[i][0], spec[i][1]),
+              "rma_iov: pending put entry %u differs", i);
+    }
+
+    /* bad entries: refused before anything goes */
+    memset(rbuf, 0x33, BUF_SIZE);
+    memset(acc.text, 0, sizeof(acc.text));
+    acc.calls = acc.logged = 0;
+    ucs_log_push_handler(access_log);
+    rma_iov_fill(iov, lbuf, lmemh, spec, 8, 8);
+    iov[8] = iov[0];
+    st     = uct_ep_put_zcopy(ep, iov, 9, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "rma_iov: 9 entries: %s",
+          ucs_status_string(st));
+    st = uct_ep_get_zcopy(ep, iov, 9, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "rma_iov: get of 9 entries: %s",
+          ucs_status_string(st));
+    iov[5].memh = UCT_MEM_HANDLE_NULL;
+    st          = uct_ep_put_zcopy(ep, iov, 8, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_ERR_INVALID_PARAM, "rma_iov: entry without memh: %s",
+          ucs_status_string(st));
+    iov[5].memh   = lmemh;
+    iov[6].count  = 2;
+    iov[6].stride = 2 * iov[6].length;
+    st = uct_ep_get_zcopy(ep, iov, 8, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_ERR_UNSUPPORTED, "rma_iov: strided entry: %s",
+          ucs_status_string(st));
+    ucs_log_pop_handler();
+    CHECK((acc.logged == 4) && (strstr(acc.text, "at most 8") != NULL) &&
+              (strstr(acc.text, "iov 5") != NULL) &&
+              (strstr(acc.text, "iov 6: strided") != NULL),
+          "rma_iov: %d error lines: '%s'", acc.logged, acc.text);
+    for (i = 0; i < 1000; ++i) {
+        uct_worker_progress(worker);
+    }
+    for (off = 0; off < BUF_SIZE; ++off) {
+        CHECK(rbuf[off] == 0x33, "rma_iov: a refused call wrote byte %zu", off);
+    }
+    CHECK(comp.done == 1, "rma_iov: a refused call completed");
+
+    /* the last entry runs past the target's registration: one completion,
+     * with the error */
+    memset(acc.text, 0, sizeof(acc.text));
+    acc.calls = acc.logged = 0;
+    ucs_log_push_handler(access_log);
+    rma_iov_fill(iov, lbuf, lmemh, spec, 4, 4);
+    comp_init(&comp);
+    st = uct_ep_put_zcopy(ep, iov, 4,
+                          (uintptr_t)rbuf + BUF_SIZE - 100 - 4000 - 1000, rkey,
+                          &comp.uc);
+    CHECK(st == UCS_INPROGRESS, "rma_iov: put past the region: %s",
+          ucs_status_string(st));
+    wait_int(&comp.done, 1, "rma_iov: put past the region");
+    wait_int(&acc.calls, 1, "rma_iov: error handler");
+    for (i = 0; i < 2000; ++i) {
+        uct_worker_progress(worker);
+    }
+    CHECK((comp.done == 1) && UCS_STATUS_IS_ERR(comp.uc.status) &&
+              (acc.calls == 1),
+          "rma_iov: past the region: %d completions (%s), %d error handler "
+          "calls",
+          comp.done, ucs_status_string(comp.uc.status), acc.calls);
+    rma_iov_fill(iov, lbuf, lmemh, spec, 3, 3);
+    st = uct_ep_put_zcopy(ep, iov, 3, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
+          "rma_iov: put_zcopy on the failed endpoint: %s",
+          ucs_status_string(st));
+    ucs_log_pop_handler();
+    uct_ep_destroy(ep);
+    close_side(&s);
+
+    /* TX_QUEUE_LEN below 8 bounds max_iov */
+    open_side_err(&s, small_cfg, NULL);
+    CHECK((s.attr.cap.put.max_iov == 3) && (s.attr.cap.get.max_iov == 3),
+          "TX_QUEUE_LEN=3: max_iov put %zu get %zu", s.attr.cap.put.max_iov,
+          s.attr.cap.get.max_iov);
+    ep = ep_to_iface(&s, &d);
+    exchange(ep, &d, lbuf, lmemh, rbuf, rkey, "rma_iov: TX_QUEUE_LEN=3");
+    memset(rbuf, 0x33, BUF_SIZE);
+    rma_iov_fill(iov, lbuf, lmemh, spec, 3, 3);
+    comp_init(&comp);
+    st = uct_ep_put_zcopy(ep, iov, 3, (uintptr_t)rbuf, rkey, &comp.uc);
+    CHECK(st == UCS_INPROGRESS, "rma_iov: 3 entries in 3 slots: %s",
+          ucs_status_string(st));
+    wait_int(&comp.done, 1, "rma_iov: 3 entries in 3 slots");
+    CHECK(!memcmp(rbuf, lbuf, 100) && !memcmp(rbuf + 100, lbuf + 8192, 4000),
+          "rma_iov: 3 entries in 3 slots: data differs");
+    uct_ep_destroy(ep);
+    close_side(&s);
+    close_side(&d);
+    printf("ok - put_zcopy / get_zcopy of up to max_iov entries: data, one "
+           "completion, all or nothing, pending, bad entries, an entry "
+           "refused by the target\n");
+}
+
 int main(int argc, char **argv)
 {
     uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
@@ -2058,6 +2333,7 @@ int main(int argc, char **argv)
     access_errors(lbuf, lmemh, rbuf, rkey.rkey);
     rx_max_bufs();
     tx_max_bufs(rbuf, rkey.rkey);
+    rma_iov(lbuf, lmemh, rbuf, rkey.rkey);
     registration_cache(&a, &b, lbuf, lmemh);
     registration_cache_no_events();
     registration_hide_errors();
@@ -2076,6 +2352,6 @@ int main(int argc, char **argv)
     uct_release_component_list(components);
     free(lbuf);
     free(rbuf);
-    printf("24 passed, 0 failed\n");
+    printf("25 passed, 0 failed\n");
     return 0;
 }

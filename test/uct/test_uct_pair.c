@@ -1163,13 +1163,14 @@ static void sem_bad_input(pair_t *p)
 {
     const uct_iface_attr_t *a = &p->attr;
     uint8_t *buf              = p->buf + REGION_OFF;
-    uct_iov_t iov             = make_iov(p, buf, 4096), iov2[2];
+    uct_iov_t iov             = make_iov(p, buf, 4096), iov2[17];
     uct_ep_params_t ep_params = {.field_mask = UCT_EP_PARAM_FIELD_IFACE,
                                  .iface      = p->iface};
     unpack_arg_t ua           = {.dst = buf, .len = a->cap.get.max_bcopy + 1};
     uint64_t result;
     uint32_t result32;
     unsigned unsupported;
+    size_t i;
     uct_atomic_op_t aop;
     uint8_t *bad_addr;
     test_comp_t comp;
@@ -1193,18 +1194,26 @@ static void sem_bad_input(pair_t *p)
     CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
           "get_bcopy of max_bcopy+1 returned %s", ucs_status_string(st));
 
-    /* more iov entries than max_iov */
-    if (a->cap.put.max_iov < 2) {
-        iov2[0] = make_iov(p, buf, 64);
-        iov2[1] = make_iov(p, buf + 64, 64);
-        test_comp_init(&comp, 1);
-        st = uct_ep_put_zcopy(p->ep, iov2, 2, p->remote_buf, p->rkey.rkey,
-                              &comp.uc);
-        test_comp_returned(&comp, st, "put_zcopy with 2 iov entries");
-        CHECK(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE),
-              "put_zcopy with %d > max_iov entries returned %s", 2,
-              ucs_status_string(st));
+    /* more iov entries than max_iov, for put and get */
+    CHECK((a->cap.put.max_iov < 17) && (a->cap.get.max_iov < 17),
+          "max_iov put %zu get %zu", a->cap.put.max_iov, a->cap.get.max_iov);
+    for (i = 0; i <= a->cap.put.max_iov; ++i) {
+        iov2[i] = make_iov(p, buf + 64 * i, 64);
     }
+    test_comp_init(&comp, 1);
+    st = uct_ep_put_zcopy(p->ep, iov2, a->cap.put.max_iov + 1, p->remote_buf,
+                          p->rkey.rkey, &comp.uc);
+    test_comp_returned(&comp, st, "put_zcopy with max_iov + 1 entries");
+    CHECK(st == UCS_ERR_INVALID_PARAM,
+          "put_zcopy with %zu > max_iov entries returned %s",
+          a->cap.put.max_iov + 1, ucs_status_string(st));
+    test_comp_init(&comp, 1);
+    st = uct_ep_get_zcopy(p->ep, iov2, a->cap.get.max_iov + 1, p->remote_buf,
+                          p->rkey.rkey, &comp.uc);
+    test_comp_returned(&comp, st, "get_zcopy with max_iov + 1 entries");
+    CHECK(st == UCS_ERR_INVALID_PARAM,
+          "get_zcopy with %zu > max_iov entries returned %s",
+          a->cap.get.max_iov + 1, ucs_status_string(st));
 
     /* Unsupported atomics: every operation an interface does not advertise
      * (post swap and cswap, fetch cswap, which has its own call, and no

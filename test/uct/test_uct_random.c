@@ -942,25 +942,33 @@ static ucs_status_t post_atomic(op_t *op, uct_ep_h ep, uct_rkey_t rkey)
                                       rkey);
 }
 
-/* am_zcopy of @a op's payload in up to max_iov (at most 4) pieces of its
- * source slot, cut where its seed says: the receiver must see them
- * joined. */
-static ucs_status_t am_zcopy_split(op_t *op, uct_ep_h ep, const uct_iov_t *tmpl)
+/* @a len bytes at @a p as up to @a max_iov (at most 4) iov entries like
+ * @a tmpl, cut where @a seed says (empty entries too); the entry count. */
+static size_t iov_split(uct_iov_t *iov, const uct_iov_t *tmpl, uint8_t *p,
+                        size_t len, uint32_t seed, size_t max_iov)
 {
-    size_t max_iov = op->ep->src->attr.cap.am.max_iov;
-    size_t left    = op->len - op->hdr_len, cut, n, i;
-    uint8_t *p     = lsrc(op->ep, op->lsrc);
-    uct_iov_t iov[4];
+    size_t n = 1 + (seed >> 8) % ((max_iov < 4) ? max_iov : 4), cut, i;
 
-    n = 1 + (op->seed >> 8) % ((max_iov < 4) ? max_iov : 4);
     for (i = 0; i < n; ++i) {
-        cut    = (i == n - 1) ? left : (op->seed >> (4 * i)) % (left + 1);
-        iov[i] = *tmpl;
+        cut           = (i == n - 1) ? len : (seed >> (4 * i)) % (len + 1);
+        iov[i]        = *tmpl;
         iov[i].buffer = p;
         iov[i].length = cut;
         p += cut;
-        left -= cut;
+        len -= cut;
     }
+    return n;
+}
+
+/* am_zcopy of @a op's payload in pieces of its source slot: the receiver
+ * must see them joined. */
+static ucs_status_t am_zcopy_split(op_t *op, uct_ep_h ep, const uct_iov_t *tmpl)
+{
+    uct_iov_t iov[4];
+    size_t n =
+        iov_split(iov, tmpl, lsrc(op->ep, op->lsrc), op->len - op->hdr_len,
+                  op->seed, op->ep->src->attr.cap.am.max_iov);
+
     return uct_ep_am_zcopy(ep, AM_ID, op->hdr, op->hdr_len, iov, n, 0,
                            &op->comp);
 }
@@ -973,6 +981,8 @@ static ucs_status_t op_call(op_t *op)
     uct_ep_h ep     = e->ep;
     uct_rkey_t rkey = e->dst->rkey.rkey;
     uct_iov_t iov   = {.memh = e->src->memh, .count = 1, .stride = 0};
+    uct_iov_t iovs[4];
+    size_t cnt;
     ssize_t n;
 
     switch (op->kind) {
@@ -993,19 +1003,19 @@ static ucs_status_t op_call(op_t *op)
               op->packs);
         return UCS_OK;
     case K_PUT_ZCOPY:
-        iov.buffer = lsrc(e, op->lsrc) + op->off;
-        iov.length = op->len;
-        return uct_ep_put_zcopy(ep, &iov, 1, raddr_slot(e, op), rkey,
+        /* in pieces (up to max_iov) that land one after another */
+        cnt = iov_split(iovs, &iov, lsrc(e, op->lsrc) + op->off, op->len,
+                        op->seed, e->src->attr.cap.put.max_iov);
+        return uct_ep_put_zcopy(ep, iovs, cnt, raddr_slot(e, op), rkey,
                                 &op->comp);
     case K_GET_BCOPY:
         op->packs = 0;
         return uct_ep_get_bcopy(ep, unpack_get, op, op->len, raddr_slot(e, op),
                                 rkey, &op->comp);
     case K_GET_ZCOPY:
-        iov.buffer = ldst(e, op->ldst);
-        iov.length = op->len;
-        iov.memh   = e->src->memh;
-        return uct_ep_get_zcopy(ep, &iov, 1, raddr_slot(e, op), rkey,
+        cnt = iov_split(iovs, &iov, ldst(e, op->ldst), op->len, op->seed,
+                        e->src->attr.cap.get.max_iov);
+        return uct_ep_get_zcopy(ep, iovs, cnt, raddr_slot(e, op), rkey,
                                 &op->comp);
     case K_AM_SHORT:
         am_fill(op, e->stage, 0, op->len);
