@@ -11,6 +11,7 @@
 # - adds rc_vqp to the transports the UCT tests are instantiated for
 #   (UCT_TEST_NO_SELF_TLS) and to the memory-domain tests; not to the
 #   rc-specific ones, which cast interfaces to UCX's own rc structures;
+#   and to uct_cancel_test's own list (rc_mlx5, rc_verbs, dc_mlx5);
 # - adds an "rcvqp" instantiation (UCX_TLS=rc_vqp) to UCP's test cases
 #   (UCP_INSTANTIATE_TEST_CASE and its GPU-aware form), and an "rcvqp_tcp"
 #   one ("rc_vqp,tcp") to the sockaddr test cases;
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --dest) dest="$2"; shift 2 ;;
     --ucx-src) ucx_src="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "ucx-gtest.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -89,6 +90,15 @@ if ! grep -q 'rcvqp_tcp' "$sa"; then
     [ "$(grep -c 'rcvqp_tcp, "rc_vqp,tcp") \\$' "$sa")" -eq 2 ] ||
         die "could not add the rcvqp_tcp instantiations to $sa"
     rm -f test/gtest/ucp/*sockaddr*.o test/gtest/gtest "$stamp"
+fi
+# uct_cancel_test (flush with UCT_FLUSH_FLAG_CANCEL, then reconnect) runs
+# only for the transports it names: rc_vqp joins them.
+fl=test/gtest/uct/test_flush.cc
+if ! grep -q '"rc_vqp"' "$fl"; then
+    perl -0pi -e 's/(\(GetParam\(\)->tl_name != "rc_mlx5"\))\) \{\n( *)UCS_TEST_SKIP_R\("not supported yet"\)/$1 \&\&\n            (GetParam()->tl_name != "rc_vqp")) {\n$2UCS_TEST_SKIP_R("not supported yet")/' "$fl"
+    grep -q 'tl_name != "rc_vqp"' "$fl" ||
+        die "could not add rc_vqp to the cancel tests in $fl"
+    rm -f test/gtest/uct/*test_flush*.o test/gtest/gtest "$stamp"
 fi
 if [ ! -r "$stamp" ]; then
     cd "$dest" || die "cannot enter $dest"
