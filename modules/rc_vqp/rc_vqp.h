@@ -127,6 +127,7 @@ typedef struct uct_rc_vqp_iface {
     ucs_mpool_t rx_mp;
     ucs_mpool_t iov_comp_mp; /* uct_rc_vqp_iov_comp_t */
     unsigned rma_max_iov;    /* cap.put.max_iov and cap.get.max_iov */
+    uint64_t rma_max_zcopy;  /* cap.put.max_zcopy and cap.get.max_zcopy */
     uct_recv_desc_t release_desc;
     size_t seg_size;
     size_t rx_headroom;

@@ -549,8 +549,13 @@ static UCS_F_NOINLINE ucs_status_t uct_rc_vqp_ep_zcopy_iov(
                   (opcode == VQP_OP_READ) ? "get" : "put", i, posted,
                   ucs_status_string(status));
         if (ic != NULL) {
-            ic->super.count = (int)posted;
+            /* Those posted may have completed (a post can fail its own
+             * operation at once): only the entries not posted go. */
             uct_completion_update_status(&ic->super, status);
+            ic->super.count -= (int)(count - posted);
+            if (ic->super.count == 0) {
+                uct_rc_vqp_iov_comp_done(&ic->super);
+            }
         }
         break;
     }
@@ -570,9 +575,19 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_zcopy(
     ucs_status_t status;
     vqp_send_wr_t wr;
     uint32_t lkey;
+    size_t length;
 
-    if ((iovcnt == 0) || (uct_iov_total_length(iov, iovcnt) == 0)) {
+    length = (iovcnt == 0) ? 0 : uct_iov_total_length(iov, iovcnt);
+    if (length == 0) {
         return UCS_OK;
+    }
+    if (ucs_unlikely(length > UCT_RC_VQP_EP_IFACE(ep)->rma_max_zcopy)) {
+        /* One WQE could not carry it (the device fails it, or the WQE
+         * builder refuses it). */
+        ucs_error("rc_vqp: %s_zcopy of %zu bytes, at most %lu",
+                  (opcode == VQP_OP_READ) ? "get" : "put", length,
+                  UCT_RC_VQP_EP_IFACE(ep)->rma_max_zcopy);
+        return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_unlikely(iovcnt != 1)) {
         return uct_rc_vqp_ep_zcopy_iov(ep, opcode, flags, iov, iovcnt,
@@ -582,8 +597,8 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_rc_vqp_ep_zcopy(
     if (status != UCS_OK) {
         return status;
     }
-    uct_rc_vqp_wr_init(&wr, opcode, (uintptr_t)comp, flags, iov->buffer,
-                       uct_iov_get_length(iov), lkey, remote_addr, rkey);
+    uct_rc_vqp_wr_init(&wr, opcode, (uintptr_t)comp, flags, iov->buffer, length,
+                       lkey, remote_addr, rkey);
     status = uct_rc_vqp_ep_post(ep, &wr);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }

@@ -351,14 +351,14 @@ static ucs_status_t uct_rc_vqp_iface_query(uct_iface_h tl_iface,
     attr->cap.put.max_short       = max_inline;
     attr->cap.put.max_bcopy       = iface->seg_size;
     attr->cap.put.min_zcopy       = 0;
-    attr->cap.put.max_zcopy       = dev_attr.max_msg_sz;
+    attr->cap.put.max_zcopy       = iface->rma_max_zcopy;
     attr->cap.put.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
     attr->cap.put.align_mtu       = dev_attr.path_mtu;
     attr->cap.put.max_iov         = iface->rma_max_iov;
 
     attr->cap.get.max_bcopy       = iface->seg_size;
     attr->cap.get.min_zcopy       = 0;
-    attr->cap.get.max_zcopy       = dev_attr.max_msg_sz;
+    attr->cap.get.max_zcopy       = iface->rma_max_zcopy;
     attr->cap.get.opt_zcopy_align = UCS_SYS_PCI_MAX_PAYLOAD;
     attr->cap.get.align_mtu       = dev_attr.path_mtu;
     attr->cap.get.max_iov         = iface->rma_max_iov;
@@ -757,6 +757,7 @@ static UCS_CLASS_INIT_FUNC(uct_rc_vqp_iface_t, uct_md_h tl_md,
      * endpoint's operation ring. */
     self->rma_max_iov =
         ucs_min((unsigned)UCT_RC_VQP_RMA_MAX_IOV, config->tx_queue_len);
+    self->rma_max_zcopy = attr.max_msg_sz;
     status =
         ucs_mpool_init(&self->iov_comp_mp, 0, sizeof(uct_rc_vqp_iov_comp_t), 0,
                        UCS_SYS_CACHE_LINE_SIZE, 64, UINT_MAX,

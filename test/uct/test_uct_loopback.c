@@ -266,7 +266,7 @@ static size_t pack_n_cb(void *dest, void *arg)
 /* Arguments UCT refuses (UCS_ERR_INVALID_PARAM), each before anything is
  * sent: an AM id beyond UCT_AM_ID_MAX (which the receiver would mask into
  * another id), an am_zcopy header beyond max_hdr, a put_short beyond
- * max_short. */
+ * max_short, a put_zcopy or get_zcopy beyond max_zcopy. */
 static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
                           uct_mem_h lmemh, char *rbuf, uct_rkey_t rkey)
 {
@@ -296,6 +296,26 @@ static void bad_arguments(uct_ep_h ep, side_t *src, side_t *dst, char *lbuf,
                           (uintptr_t)rbuf, rkey);
     CHECK(st == UCS_ERR_INVALID_PARAM, "put_short of max_short + 1: %s",
           ucs_status_string(st));
+    /* zcopy beyond max_zcopy, also as two entries: refused before the
+     * buffer is looked at */
+    {
+        uct_iov_t big[2] = {iov, iov};
+
+        big[0].length = src->attr.cap.put.max_zcopy + 1;
+        st = uct_ep_put_zcopy(ep, big, 1, (uintptr_t)rbuf, rkey, NULL);
+        CHECK(st == UCS_ERR_INVALID_PARAM, "put_zcopy of max_zcopy + 1: %s",
+              ucs_status_string(st));
+        big[0].length = src->attr.cap.get.max_zcopy + 1;
+        st = uct_ep_get_zcopy(ep, big, 1, (uintptr_t)rbuf, rkey, NULL);
+        CHECK(st == UCS_ERR_INVALID_PARAM, "get_zcopy of max_zcopy + 1: %s",
+              ucs_status_string(st));
+        big[0].length = src->attr.cap.put.max_zcopy / 2 + 1;
+        big[1].length = big[0].length;
+        st = uct_ep_put_zcopy(ep, big, 2, (uintptr_t)rbuf, rkey, NULL);
+        CHECK(st == UCS_ERR_INVALID_PARAM,
+              "put_zcopy of two entries over max_zcopy: %s",
+              ucs_status_string(st));
+    }
     /* A pack callback that returned max_bcopy + 1 (and wrote as much: the
      * buffer has room for a little more): refused, nothing sent
      * (UCT_IFACE_FLAG_ERRHANDLE_BCOPY_LEN). */
