@@ -4,8 +4,9 @@
  * flight per QP, TX queue, receive queue, flow-control window, bounce
  * buffer size, inline limit, CQ size, rx_headroom, CQE reordering and WQE
  * delays of the software device) and random streams of every operation of
- * uct.h that rc_vqp offers (put and get short/bcopy/zcopy, AM short,
- * short_iov, bcopy, zcopy, every atomic on 4 and 8 bytes, ep and iface
+ * uct.h that rc_vqp offers (put and get short/bcopy/zcopy, the zcopy ones
+ * and AM zcopy cut into up to 4 iov entries, AM short, short_iov, bcopy,
+ * zcopy, every atomic on 4 and 8 bytes, ep and iface
  * flush, fence), on up to three endpoints: one interface to another, the
  * other way, an interface to itself; connected by interface address (the
  * connection manager, so the first operations wait) or endpoint to
