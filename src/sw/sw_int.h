@@ -42,9 +42,9 @@
 #define VQP_SW_BF_SIZE     256u
 #define VQP_SW_MAX_SGE     16u
 #define VQP_SW_MAX_INLINE  512u
-#define VQP_SW_MAX_QP_WR   32768u     /* as a ConnectX */
-#define VQP_SW_MAX_CQE     (1u << 20) /* 64 MiB of the arena */
-#define VQP_SW_MAX_MSG     (1ul << 31)
+#define VQP_SW_MAX_QP_WR   32768u      /* as a ConnectX */
+#define VQP_SW_MAX_CQE     (1u << 20)  /* 64 MiB of the arena */
+#define VQP_SW_MAX_MSG     (1ul << 30) /* as a ConnectX port says */
 #define VQP_SW_NO_SRQ      UINT32_MAX
 #define VQP_SW_WQE_BUDGET  64u  /* WQEs per QP per progress call */
 #define VQP_SW_DRAIN_RUNS  64u  /* requester runs of a QP being destroyed */

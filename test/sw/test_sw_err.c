@@ -213,7 +213,8 @@ static void test_send_run_partial_rnr(void **state)
     }
 }
 
-/* Local bounds: byte_count 0 means 2 GiB, beyond the 8 KiB region. */
+/* Local bounds: 16 KiB from an 8 KiB region; byte_count 0 means 2 GiB,
+ * more than max_msg_sz (1 GiB, as a ConnectX port says). */
 static void test_lkey_bounds_and_2gib(void **state)
 {
     fx_t *f         = *state;
@@ -222,10 +223,20 @@ static void test_lkey_bounds_and_2gib(void **state)
 
     sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 3, CU, 0);
     sw_test_raddr(q, 1, (uintptr_t)f->buf[1], f->rkey[1]);
-    sw_test_dseg(q, 2, f->buf[0], 0, f->lkey[0]);
+    sw_test_dseg(q, 2, f->buf[0], 16384, f->lkey[0]);
     w = sw_test_ring(q, 3);
     expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-    assert_true(sw_test_log_has("+2147483648: range outside the region"));
+    assert_true(sw_test_log_has("+16384: range outside the region"));
+    assert_int_equal(fx_init_again(f), 0);
+
+    q = &f->qp[0];
+    sw_test_ctrl(q, MLX5_OPCODE_RDMA_WRITE, 3, CU, 0);
+    sw_test_raddr(q, 1, (uintptr_t)f->buf[1], f->rkey[1]);
+    sw_test_dseg(q, 2, f->buf[0], 0, f->lkey[0]);
+    w = sw_test_ring(q, 3);
+    expect_err(f, 0, 0, w, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    assert_true(
+        sw_test_log_has("message of 2147483648 bytes exceeds max_msg_sz"));
 }
 
 /* Remote access violations: requester 0x13, the target QP enters ERROR and
